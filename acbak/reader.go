@@ -34,6 +34,9 @@ type Options struct {
 	// KeepUnknown returns records with unknown tags to the caller as
 	// *events.UnknownRecord; by default they are skipped and counted.
 	KeepUnknown bool
+	// RequireCurrent makes Verify treat a meta whose current revision is
+	// missing from the archive as an error instead of a warning.
+	RequireCurrent bool
 	// Size is the input's total length if known (0 if not); with it a
 	// declared length beyond the end is reported as truncation at once.
 	Size int64

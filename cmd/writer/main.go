@@ -1,0 +1,225 @@
+// Command writer publishes SpecStar records and works with .acbak archives.
+//
+//	writer inspect ARCHIVE [--json] [--lenient]   summarize an archive
+//	writer verify ARCHIVE [--lenient]             check an archive completely
+//
+// Exit status: 0 success (verify: the archive is valid), 1 the archive is
+// not valid or could not be read, 2 usage error.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/specstar/replicator/acbak"
+	"github.com/specstar/replicator/internal/progress"
+)
+
+const (
+	exitOK      = 0
+	exitInvalid = 1
+	exitUsage   = 2
+)
+
+const usage = `usage: writer <command> [arguments]
+
+commands:
+  inspect ARCHIVE [--json] [--lenient] [--max-frame BYTES]
+      Summarize an archive: models with their metas, revisions, blobs and
+      blob bytes; records per tag (unknown tags included); schema versions
+      and payload encodings; frames and bytes.
+  verify ARCHIVE [--lenient] [--require-current] [--max-frame BYTES]
+      Check everything the reader enforces plus exact re-encoding, blob
+      file_ids and sizes, revision data_hashes and each meta's current
+      revision. Exit 0 if valid, 1 if not (one line per problem).
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is the whole command, with its streams passed in so tests can call it.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	switch args[0] {
+	case "inspect":
+		return cmdInspect(ctx, args[1:], stdout, stderr, log)
+	case "verify":
+		return cmdVerify(ctx, args[1:], stdout, stderr, log)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "writer: unknown command %q\n\n%s", args[0], usage)
+	return exitUsage
+}
+
+// archiveFlags are the options every archive command takes.
+type archiveFlags struct {
+	lenient        bool
+	maxFrame       int64
+	requireCurrent bool
+}
+
+func (a *archiveFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&a.lenient, "lenient", false, "accept, with a warning, what SpecStar's loader accepts (missing Eof, bytes after it, mismatched ModelEnd)")
+	fs.Int64Var(&a.maxFrame, "max-frame", acbak.DefaultMaxFrame, "largest frame to accept, in bytes")
+	if fs.Name() == "verify" {
+		fs.BoolVar(&a.requireCurrent, "require-current", false, "make a meta whose current revision is missing from the archive an error, not a warning")
+	}
+}
+
+// parseArgs parses flags placed before or after the one positional
+// argument, as in "writer inspect ARCHIVE --json".
+func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (string, bool) {
+	fs.SetOutput(stderr)
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return "", false
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(pos) != 1 {
+		fmt.Fprintf(stderr, "writer %s: want exactly one ARCHIVE, got %d arguments\n", fs.Name(), len(pos))
+		return "", false
+	}
+	return pos[0], true
+}
+
+// openArchive opens path and returns reader options carrying its size.
+func openArchive(path string, a archiveFlags) (*os.File, acbak.Options, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, acbak.Options{}, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, acbak.Options{}, fmt.Errorf("stat %s: %w", path, err)
+	}
+	opts := acbak.Options{Lenient: a.lenient, MaxFrame: a.maxFrame, RequireCurrent: a.requireCurrent}
+	if st.Mode().IsRegular() {
+		opts.Size = st.Size()
+	}
+	return f, opts, nil
+}
+
+func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	var a archiveFlags
+	a.register(fs)
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	path, ok := parseArgs(fs, args, stderr)
+	if !ok {
+		return exitUsage
+	}
+	f, opts, err := openArchive(path, a)
+	if err != nil {
+		fmt.Fprintf(stderr, "writer inspect: %v\n", err)
+		return exitInvalid
+	}
+	defer f.Close()
+	meter := progress.New("inspect "+path, opts.Size, log)
+	sum, err := acbak.Inspect(ctx, f, opts, func(n int, off int64) { meter.Update(int64(n), off) })
+	meter.Update(int64(sum.Frames), sum.Bytes)
+	meter.Done()
+	if err != nil {
+		fmt.Fprintf(stderr, "writer inspect: %s: %v\n", path, err)
+		return exitInvalid
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(sum); err != nil {
+			fmt.Fprintf(stderr, "writer inspect: %v\n", err)
+			return exitInvalid
+		}
+		return exitOK
+	}
+	printSummary(stdout, path, sum)
+	return exitOK
+}
+
+func printSummary(w io.Writer, path string, s *acbak.Summary) {
+	fmt.Fprintf(w, "archive %s: format version %d, %d frames, %s (%d bytes)\n", path, s.Version, s.Frames, progress.Bytes(s.Bytes), s.Bytes)
+	tags := make([]string, 0, len(s.Records))
+	for t := range s.Records {
+		tags = append(tags, t)
+	}
+	sort.Strings(tags)
+	fmt.Fprintln(w, "records:")
+	for _, t := range tags {
+		fmt.Fprintf(w, "  %-18s %d\n", t, s.Records[t])
+	}
+	fmt.Fprintln(w, "models:")
+	for _, m := range s.Models {
+		fmt.Fprintf(w, "  %s: %d metas, %d revisions, %d blobs (%s); schema versions [%s]; payload encodings [%s]\n",
+			m.Name, m.Metas, m.Revisions, m.Blobs, progress.Bytes(m.BlobBytes),
+			strings.Join(m.SchemaVersions, ", "), strings.Join(m.Encodings, ", "))
+	}
+	for _, warn := range s.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
+}
+
+func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	var a archiveFlags
+	a.register(fs)
+	path, ok := parseArgs(fs, args, stderr)
+	if !ok {
+		return exitUsage
+	}
+	f, opts, err := openArchive(path, a)
+	if err != nil {
+		fmt.Fprintf(stderr, "writer verify: %v\n", err)
+		return exitInvalid
+	}
+	defer f.Close()
+	meter := progress.New("verify "+path, opts.Size, log)
+	report := func(p acbak.Problem) { fmt.Fprintln(stdout, p.String()) }
+	res, err := acbak.Verify(ctx, f, opts, report, func(n int, off int64) { meter.Update(int64(n), off) })
+	if res != nil {
+		meter.Update(int64(res.Frames), res.Bytes)
+	}
+	meter.Done()
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			fmt.Fprintln(stderr, "writer verify: interrupted")
+		} else {
+			fmt.Fprintf(stderr, "writer verify: %s: %v\n", path, err)
+		}
+		return exitInvalid
+	}
+	verdict := "valid"
+	if !res.Valid() {
+		verdict = "NOT valid"
+	}
+	fmt.Fprintf(stdout, "%s: %s: %d frames, %d bytes, %d errors, %d warnings\n", path, verdict, res.Frames, res.Bytes, res.Errors, res.Warnings)
+	if !res.Valid() {
+		return exitInvalid
+	}
+	return exitOK
+}
