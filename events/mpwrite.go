@@ -18,6 +18,7 @@ type mpWriter struct {
 
 func newMPWriter() *mpWriter {
 	w := &mpWriter{}
+	w.buf.Grow(512) // most structs fit; avoids several small regrowths
 	// Reset leaves UseCompactInts off, which only matters for Encode(v) of
 	// typed Go ints; the explicit EncodeInt/EncodeUint calls below always
 	// choose the smallest form, as msgspec does.
@@ -47,6 +48,7 @@ func (w *mpWriter) str(v string) { _ = w.enc.EncodeString(v) }
 // msgspec writes an empty bytes value as bin8 of length 0 (0xc400), so the
 // header and body are written separately.
 func (w *mpWriter) bin(v []byte) {
+	w.buf.Grow(len(v) + 5)
 	_ = w.enc.EncodeBytesLen(len(v))
 	w.buf.Write(v)
 }

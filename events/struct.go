@@ -326,10 +326,18 @@ func (s *schema[T]) decodeMP(r *mpReader, v *T, u *Unknown) error {
 	var seen seenSet
 	sawTag := false
 	for pos := 0; pos < n; pos++ {
-		key, err := r.str()
+		kb, err := r.strBytes()
 		if err != nil {
 			return s.wrap(err, "")
 		}
+		if i, ok := s.index[string(kb)]; ok { // no allocation for known keys
+			if err := s.fields[i].decMP(r, v); err != nil {
+				return s.wrap(err, s.fields[i].name)
+			}
+			seen |= 1 << i
+			continue
+		}
+		key := string(kb)
 		if s.tag != "" && key == "t" {
 			tag, err := r.str()
 			if err != nil {
@@ -339,13 +347,6 @@ func (s *schema[T]) decodeMP(r *mpReader, v *T, u *Unknown) error {
 				return s.wrap(r.errf("tag %q is not %q", tag, s.tag), "t")
 			}
 			sawTag = true
-			continue
-		}
-		if i, ok := s.index[key]; ok {
-			if err := s.fields[i].decMP(r, v); err != nil {
-				return s.wrap(err, key)
-			}
-			seen |= 1 << i
 			continue
 		}
 		raw, err := r.skip()
