@@ -2,6 +2,7 @@
 //
 //	writer inspect ARCHIVE [--json] [--lenient]   summarize an archive
 //	writer verify ARCHIVE [--lenient]             check an archive completely
+//	writer replay ARCHIVE [--nats URL]            publish an archive as events
 //
 // Exit status: 0 success (verify: the archive is valid), 1 the archive is
 // not valid or could not be read, 2 usage error.
@@ -42,6 +43,10 @@ commands:
       Check everything the reader enforces plus exact re-encoding, blob
       file_ids and sizes, revision data_hashes and each meta's current
       revision. Exit 0 if valid, 1 if not (one line per problem).
+  replay ARCHIVE [--nats URL] [--stream NAME] [--data-dir DIR] [--max-inflight N]
+      Publish every record of the archive, in order, as events on the
+      JetStream stream (an embedded server when no URL is given).
+      Re-publishing stores nothing new: events carry deterministic ids.
 `
 
 func main() {
@@ -63,6 +68,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdInspect(ctx, args[1:], stdout, stderr, log)
 	case "verify":
 		return cmdVerify(ctx, args[1:], stdout, stderr, log)
+	case "replay":
+		return cmdReplay(ctx, args[1:], stdout, stderr, log)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

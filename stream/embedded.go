@@ -1,0 +1,106 @@
+package stream
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// embedded is a JetStream server run inside this process, used when no
+// NATS URL is given. Its data directory is shared by the commands of one
+// machine: the first process to take the directory's lock runs the server
+// on a loopback port and records its URL; later processes connect to that
+// URL as clients instead of starting a second server on the same files.
+type embedded struct {
+	srv  *server.Server
+	lock *os.File
+	url  string
+}
+
+const (
+	lockFile = "embedded.lock"
+	urlFile  = "embedded.url"
+)
+
+// startOrJoinEmbedded returns the URL of the embedded server for dataDir,
+// starting it (and returning it as e) if no other process runs it.
+func startOrJoinEmbedded(dataDir string, maxPayload int32, log *slog.Logger) (e *embedded, url string, err error) {
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return nil, "", fmt.Errorf("embedded NATS data dir %s: %w", dataDir, err)
+	}
+	lf, err := os.OpenFile(filepath.Join(dataDir, lockFile), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, "", fmt.Errorf("embedded NATS lock: %w", err)
+	}
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lf.Close()
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, "", fmt.Errorf("embedded NATS lock %s: %w", dataDir, err)
+		}
+		url, err := waitForURL(dataDir, 10*time.Second)
+		if err != nil {
+			return nil, "", err
+		}
+		log.Info("joining the embedded NATS server another process runs", "url", url, "data_dir", dataDir)
+		return nil, url, nil
+	}
+	opts := &server.Options{
+		ServerName: "specstar-embedded",
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
+		JetStream:  true,
+		StoreDir:   filepath.Join(dataDir, "jetstream"),
+		NoSigs:     true,
+		NoLog:      true,
+		MaxPayload: maxPayload,
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		lf.Close()
+		return nil, "", fmt.Errorf("embedded NATS server: %w", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		srv.Shutdown()
+		lf.Close()
+		return nil, "", fmt.Errorf("embedded NATS server in %s did not start", dataDir)
+	}
+	url = srv.ClientURL()
+	tmp := filepath.Join(dataDir, urlFile+".tmp")
+	if err := os.WriteFile(tmp, []byte(url), 0o644); err == nil {
+		err = os.Rename(tmp, filepath.Join(dataDir, urlFile))
+	}
+	log.Info("started embedded NATS JetStream server", "url", url, "data_dir", dataDir)
+	return &embedded{srv: srv, lock: lf, url: url}, url, nil
+}
+
+func waitForURL(dataDir string, wait time.Duration) (string, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		b, err := os.ReadFile(filepath.Join(dataDir, urlFile))
+		if err == nil && len(b) > 0 {
+			return strings.TrimSpace(string(b)), nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("embedded NATS data dir %s is locked by another process that published no URL", dataDir)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (e *embedded) stop() {
+	if e == nil {
+		return
+	}
+	_ = os.Remove(filepath.Join(filepath.Dir(e.lock.Name()), urlFile))
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+	e.lock.Close() // releases the flock
+}

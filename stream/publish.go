@@ -1,0 +1,168 @@
+package stream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/specstar/replicator/events"
+)
+
+// headroom is what a message needs beyond its payload (headers, protocol).
+const headroom = 8 << 10
+
+// PublishStats counts what a Publisher did.
+type PublishStats struct {
+	Published  int64 // acknowledged by JetStream
+	Duplicates int64 // of those, dropped as already stored (same message id)
+	Bytes      int64 // payload bytes acknowledged
+	BlobsPut   int64 // large blobs written to the object store
+	BlobsKept  int64 // large blobs already in the object store
+}
+
+// Publisher publishes events asynchronously with at most MaxInflight
+// awaiting their acknowledgement, and checks every acknowledgement in
+// order. A failed publish is retried synchronously with backoff; the
+// deterministic message id makes the retry safe.
+type Publisher struct {
+	bus     *Bus
+	max     int
+	pending []inflight
+	Stats   PublishStats
+}
+
+type inflight struct {
+	f   jetstream.PubAckFuture
+	msg *nats.Msg
+}
+
+// NewPublisher returns a publisher with at most maxInflight unacknowledged
+// messages (256 if <= 0).
+func (b *Bus) NewPublisher(maxInflight int) *Publisher {
+	if maxInflight <= 0 {
+		maxInflight = 256
+	}
+	return &Publisher{bus: b, max: maxInflight}
+}
+
+// FitsInline reports whether a record payload of n bytes can travel as one
+// message.
+func (p *Publisher) FitsInline(n int) bool { return int64(n)+headroom <= p.bus.MaxPayload() }
+
+// Publish sends one envelope, waiting for older acknowledgements while
+// MaxInflight are outstanding.
+func (p *Publisher) Publish(ctx context.Context, env *events.Envelope) error {
+	msg := nats.NewMsg(env.Subject)
+	for k, v := range env.Headers {
+		msg.Header.Set(k, v)
+	}
+	msg.Data = env.Payload
+	f, err := p.bus.JS.PublishMsgAsync(msg)
+	if err != nil {
+		// Could not even enqueue (e.g. disconnected): fall back to a
+		// synchronous publish with retries.
+		if err := p.publishSync(ctx, msg); err != nil {
+			return err
+		}
+	} else {
+		p.pending = append(p.pending, inflight{f: f, msg: msg})
+	}
+	for len(p.pending) >= p.max {
+		if err := p.reapOldest(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Flush waits until every published message is acknowledged.
+func (p *Publisher) Flush(ctx context.Context) error {
+	for len(p.pending) > 0 {
+		if err := p.reapOldest(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Publisher) reapOldest(ctx context.Context) error {
+	in := p.pending[0]
+	p.pending = p.pending[1:]
+	select {
+	case ack := <-in.f.Ok():
+		p.count(ack, in.msg)
+		return nil
+	case err := <-in.f.Err():
+		p.bus.log.Warn("async publish failed; retrying", "subject", in.msg.Subject, "msg_id", in.msg.Header.Get(events.HeaderMsgID), "err", err)
+		return p.publishSync(ctx, in.msg)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *Publisher) count(ack *jetstream.PubAck, msg *nats.Msg) {
+	p.Stats.Published++
+	p.Stats.Bytes += int64(len(msg.Data))
+	if ack.Duplicate {
+		p.Stats.Duplicates++
+	}
+}
+
+func (p *Publisher) publishSync(ctx context.Context, msg *nats.Msg) error {
+	bo := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(2*time.Minute)), ctx)
+	return backoff.Retry(func() error {
+		ack, err := p.bus.JS.PublishMsg(ctx, msg)
+		if err != nil {
+			if errors.Is(err, nats.ErrMaxPayload) {
+				return backoff.Permanent(fmt.Errorf("publish %s: %w", msg.Subject, err))
+			}
+			return fmt.Errorf("publish %s (id %s): %w", msg.Subject, msg.Header.Get(events.HeaderMsgID), err)
+		}
+		p.count(ack, msg)
+		return nil
+	}, bo)
+}
+
+// PutBlob stores a blob too large for one message in the object store
+// under its file_id, unless an object of that name and size is there
+// already (blobs are content-addressed, so that is the same blob).
+func (p *Publisher) PutBlob(ctx context.Context, fileID string, data []byte) error {
+	obj, err := p.bus.Blobs(ctx)
+	if err != nil {
+		return err
+	}
+	if info, err := obj.GetInfo(ctx, fileID); err == nil && info.Size == uint64(len(data)) && !info.Deleted {
+		p.Stats.BlobsKept++
+		return nil
+	}
+	bo := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(2*time.Minute)), ctx)
+	err = backoff.Retry(func() error {
+		_, err := obj.Put(ctx, jetstream.ObjectMeta{Name: fileID}, bytes.NewReader(data))
+		return err
+	}, bo)
+	if err != nil {
+		return fmt.Errorf("put blob %s in %s: %w", fileID, p.bus.BlobBucket(), err)
+	}
+	p.Stats.BlobsPut++
+	return nil
+}
+
+// OpenBlob reads a blob from the object store.
+func (b *Bus) OpenBlob(ctx context.Context, bucket, fileID string) (io.ReadCloser, error) {
+	obj, err := b.JS.ObjectStore(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("object store %s: %w", bucket, err)
+	}
+	r, err := obj.Get(ctx, fileID)
+	if err != nil {
+		return nil, fmt.Errorf("blob %s in %s: %w", fileID, bucket, err)
+	}
+	return r, nil
+}
