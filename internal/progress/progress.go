@@ -17,6 +17,7 @@ type Meter struct {
 	mu       sync.Mutex
 	what     string
 	total    int64 // bytes expected, 0 if unknown
+	totalRec int64 // records expected, 0 if unknown (ETA by records)
 	start    time.Time
 	last     time.Time
 	every    time.Duration
@@ -45,6 +46,14 @@ func New(what string, total int64, log *slog.Logger) *Meter {
 		m.every = 200 * time.Millisecond
 	}
 	m.last = m.start
+	return m
+}
+
+// NewCount starts a meter whose ETA comes from an expected record count
+// rather than bytes.
+func NewCount(what string, totalRecords int64, log *slog.Logger) *Meter {
+	m := New(what, 0, log)
+	m.totalRec = totalRecords
 	return m
 }
 
@@ -84,11 +93,17 @@ func (m *Meter) report(now time.Time, final bool) {
 	if m.total > 0 && rate > 0 && m.bytes <= m.total {
 		eta = time.Duration(float64(m.total-m.bytes) / rate * float64(time.Second)).Round(time.Second)
 	}
+	if m.totalRec > 0 && recRate > 0 && m.records <= m.totalRec {
+		eta = time.Duration(float64(m.totalRec-m.records) / recRate * float64(time.Second)).Round(time.Second)
+	}
 	if m.term != nil {
 		if final && !m.drawn {
 			return // too quick to have drawn anything: print nothing
 		}
 		line := fmt.Sprintf("%s: %d records, %s", m.what, m.records, Bytes(m.bytes))
+		if m.totalRec > 0 {
+			line = fmt.Sprintf("%s: %d of %d records, %s", m.what, m.records, m.totalRec, Bytes(m.bytes))
+		}
 		if m.total > 0 {
 			line += fmt.Sprintf(" of %s (%.0f%%)", Bytes(m.total), 100*float64(m.bytes)/float64(m.total))
 		}
@@ -109,6 +124,9 @@ func (m *Meter) report(now time.Time, final bool) {
 	attrs := []any{"records", m.records, "bytes", m.bytes, "bytes_per_sec", int64(rate), "records_per_sec", int64(recRate)}
 	if m.total > 0 {
 		attrs = append(attrs, "total_bytes", m.total)
+	}
+	if m.totalRec > 0 {
+		attrs = append(attrs, "total_records", m.totalRec)
 	}
 	if eta >= 0 && !final {
 		attrs = append(attrs, "eta", eta.String())

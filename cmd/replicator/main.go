@@ -1,0 +1,130 @@
+// Command replicator materializes SpecStar events from JetStream into
+// sinks, and checks sinks against their source.
+//
+//	replicator run --sink URL [--sink URL ...] [--until-drained]
+//	replicator mirror --from ARCHIVE --to DIR
+//	replicator verify --archive ARCHIVE --sink URL
+//	replicator dlq list | dlq replay
+//
+// Exit status: 0 success, 1 failure (verify: the sink differs), 2 usage.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/specstar/replicator/stream"
+)
+
+const (
+	exitOK      = 0
+	exitFailed  = 1
+	exitUsage   = 2
+	defaultNATS = "" // embedded
+)
+
+const usage = `usage: replicator <command> [arguments]
+
+commands:
+  run --sink URL [--sink URL ...] [--until-drained]
+      Materialize the event stream into each sink through its own durable
+      consumer. A sink is disk:/path (or a path), with options
+      ?encoding=json|msgpack&meta=files|sqlite&index=uid|symlink
+      &on_duplicate=newer|overwrite|skip|raise_error&name=N&models=a,b
+  mirror --from ARCHIVE --to DIR
+      One command on an embedded JetStream server: replay the archive,
+      materialize it into a SpecStar disk deployment, print a summary.
+  verify --archive ARCHIVE --sink URL
+      Compare a sink with an archive: metas, revisions (info and payload)
+      and blobs. Exit 0 only if equal.
+  dlq list [--sink NAME]
+      Show dead-lettered events with their reasons.
+  dlq replay [--sink NAME]
+      Re-publish dead-lettered events to the stream and remove them.
+
+common flags: --nats URL (default $NATS_URL; neither: embedded server),
+  --stream NAME, --data-dir DIR (embedded server storage), --subject-prefix P
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "run":
+		return cmdRun(ctx, rest, stdout, stderr, log)
+	case "mirror":
+		return cmdMirror(ctx, rest, stdout, stderr, log)
+	case "verify":
+		return cmdVerify(ctx, rest, stdout, stderr, log)
+	case "dlq":
+		if len(rest) > 0 && rest[0] == "list" {
+			return cmdDLQList(ctx, rest[1:], stdout, stderr, log)
+		}
+		if len(rest) > 0 && rest[0] == "replay" {
+			return cmdDLQReplay(ctx, rest[1:], stdout, stderr, log)
+		}
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "replicator: unknown command %q\n\n%s", strings.Join(args[:min(len(args), 2)], " "), usage)
+	return exitUsage
+}
+
+// busFlags are the flags every command that talks to the stream takes.
+type busFlags struct {
+	cfg stream.Config
+}
+
+func (b *busFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&b.cfg.URL, "nats", os.Getenv("NATS_URL"), "NATS server URL (default $NATS_URL; empty runs an embedded JetStream server)")
+	fs.StringVar(&b.cfg.Stream, "stream", "SPECSTAR", "JetStream stream name")
+	fs.StringVar(&b.cfg.SubjectPrefix, "subject-prefix", "specstar", "subject prefix of events")
+	fs.StringVar(&b.cfg.DataDir, "data-dir", stream.DefaultDataDir(), "embedded server's data directory")
+	fs.IntVar(&b.cfg.Replicas, "replicas", 1, "stream replicas (clustered servers)")
+	fs.DurationVar(&b.cfg.MaxAge, "max-age", 0, "stream retention by age (0: unlimited)")
+	fs.Int64Var(&b.cfg.MaxBytes, "max-bytes", 0, "stream retention by size (0: unlimited)")
+	fs.StringVar(&b.cfg.Retention, "retention", "limits", "stream retention policy: limits, interest or workqueue")
+	fs.DurationVar(&b.cfg.DuplicateWindow, "duplicate-window", time.Hour, "how long JetStream drops re-published records by message id")
+}
+
+// multiFlag collects a repeated flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// parse parses flags wherever they stand and returns the positionals.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) ([]string, bool) {
+	fs.SetOutput(stderr)
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, false
+		}
+		if fs.NArg() == 0 {
+			return pos, true
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}

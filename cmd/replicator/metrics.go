@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the replicator's Prometheus series, on a registry of its own.
+type metrics struct {
+	reg         *prometheus.Registry
+	applied     *prometheus.CounterVec   // sink, kind, outcome
+	deadLetters *prometheus.CounterVec   // sink
+	retries     *prometheus.CounterVec   // sink
+	batch       *prometheus.HistogramVec // sink
+	lastSeq     *prometheus.GaugeVec     // sink
+	pending     *prometheus.GaugeVec     // sink
+
+	mu    sync.Mutex
+	ready map[string]bool // sink -> consuming
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		applied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "specstar_sink_records_total", Help: "Records applied to a sink, by kind and outcome (written, unchanged, stale, skipped, ignored).",
+		}, []string{"sink", "kind", "outcome"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "specstar_sink_dead_letters_total", Help: "Events a sink rejected into the dead-letter stream.",
+		}, []string{"sink"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "specstar_sink_retries_total", Help: "Transient sink errors retried with backoff.",
+		}, []string{"sink"}),
+		batch: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "specstar_sink_batch_seconds", Help: "Time to apply, make durable and ack one batch.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
+		}, []string{"sink"}),
+		lastSeq: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "specstar_sink_last_stream_sequence", Help: "Stream sequence of the last event a sink acked.",
+		}, []string{"sink"}),
+		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "specstar_sink_pending_messages", Help: "Messages in the stream the sink's consumer has not yet been delivered.",
+		}, []string{"sink"}),
+		ready: map[string]bool{},
+	}
+	m.reg.MustRegister(m.applied, m.deadLetters, m.retries, m.batch, m.lastSeq, m.pending,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) setReady(sink string, ok bool) {
+	m.mu.Lock()
+	m.ready[sink] = ok
+	m.mu.Unlock()
+}
+
+func (m *metrics) allReady() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.ready) == 0 {
+		return false
+	}
+	for _, ok := range m.ready {
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// serve exposes /metrics, /healthz (the process is up) and /readyz (every
+// sink's consumer is running) until ctx ends.
+func (m *metrics) serve(ctx context.Context, addr string, log *slog.Logger) error {
+	if addr == "" {
+		return nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !m.allReady() {
+			http.Error(w, "not ready\n", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	log.Info("serving metrics and health", "addr", ln.Addr().String())
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "err", err)
+		}
+	}()
+	return nil
+}

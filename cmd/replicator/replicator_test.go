@@ -1,0 +1,500 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/specstar/replicator/acbak"
+	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/source"
+	"github.com/specstar/replicator/stream"
+)
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func runCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	code := run(ctx, args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// testBus starts an embedded JetStream server in a temporary directory
+// and returns a connection to it; its URL serves other processes too.
+func testBus(t *testing.T) *stream.Bus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bus, err := stream.Open(ctx, stream.Config{DataDir: t.TempDir()}, quietLog())
+	if err != nil {
+		t.Fatalf("embedded JetStream: %v", err)
+	}
+	t.Cleanup(bus.Close)
+	return bus
+}
+
+func replay(t *testing.T, bus *stream.Bus, archive string) *stream.PublishStats {
+	t.Helper()
+	ctx := context.Background()
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pub := bus.NewPublisher(64)
+	if _, err := source.ReplayArchive(ctx, f, acbak.Options{}, bus.Prefix(), bus.BlobBucket(), pub, nil); err != nil {
+		t.Fatalf("replay %s: %v", archive, err)
+	}
+	if err := pub.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return &pub.Stats
+}
+
+// drain runs the replicator against bus until it has applied everything.
+func drain(t *testing.T, bus *stream.Bus, sinks ...string) string {
+	t.Helper()
+	args := []string{"run", "--nats", bus.URL(), "--until-drained", "--listen", ""}
+	for _, s := range sinks {
+		args = append(args, "--sink", s)
+	}
+	code, out, errs := runCmd(t, args...)
+	if code != exitOK {
+		t.Fatalf("replicator run: exit %d\n%s%s", code, out, errs)
+	}
+	return out
+}
+
+// snapshot maps every file and link under root to its content (or link
+// target) and modification time, to tell whether anything changed.
+type entry struct {
+	sum   string
+	mtime time.Time
+}
+
+func snapshot(t *testing.T, root string) map[string]entry {
+	t.Helper()
+	out := map[string]entry{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		info, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		switch {
+		case info.Mode()&os.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			out[rel] = entry{sum: "-> " + target, mtime: info.ModTime()}
+		case info.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			s := sha256.Sum256(b)
+			out[rel] = entry{sum: hex.EncodeToString(s[:]), mtime: info.ModTime()}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestMirrorMatchesReference mirrors each disk-layout archive with the one
+// command and checks that every store file, meta file, SQLite database
+// row set and blob file equals what SpecStar itself wrote for the same
+// data, and that `replicator verify` reports equal.
+func TestMirrorMatchesReference(t *testing.T) {
+	variants := []struct {
+		name, query string
+	}{
+		{"factory-json", ""},
+		{"factory-msgpack", ""},
+		{"sqlite-msgpack", "?encoding=msgpack&meta=sqlite"},
+	}
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			archive := testfixtures.Path(t, "disk-layout", v.name+".acbak")
+			dir := t.TempDir()
+			code, out, errs := runCmd(t, "mirror", "--from", archive, "--to", "disk:"+dir+v.query)
+			if code != exitOK {
+				t.Fatalf("mirror: exit %d\n%s%s", code, out, errs)
+			}
+			code, out, _ = runCmd(t, "verify", "--archive", archive, "--sink", "disk:"+dir+v.query)
+			if code != exitOK || !strings.Contains(out, ": equal:") {
+				t.Fatalf("verify: exit %d\n%s", code, out)
+			}
+			ref := testfixtures.Path(t, "disk-layout", v.name)
+			ours, theirs := snapshot(t, dir), snapshot(t, ref)
+			compared := 0
+			for rel, e := range ours {
+				want, ok := theirs[rel]
+				if strings.HasSuffix(rel, "meta.db") || strings.Contains(rel, "/resource/") {
+					continue // SQLite files and index entries differ in form; checked by the sink's tests
+				}
+				if !ok {
+					t.Errorf("%s: written by us, absent from the reference tree", rel)
+					continue
+				}
+				if e.sum != want.sum {
+					t.Errorf("%s: content differs from the reference", rel)
+				}
+				compared++
+			}
+			if compared == 0 {
+				t.Fatal("no files compared")
+			}
+			t.Logf("%d files byte-identical to the reference", compared)
+		})
+	}
+}
+
+// TestMirrorGoldenArchives: every reference archive mirrors and verifies,
+// including blobs.acbak, whose 1 MiB blob exceeds the server's max payload
+// and so travels through the object store.
+func TestMirrorGoldenArchives(t *testing.T) {
+	for _, name := range []string{"small.acbak", "medium.acbak", "blobs.acbak", "msgpack.acbak"} {
+		t.Run(name, func(t *testing.T) {
+			archive := testfixtures.Path(t, name)
+			dir := t.TempDir()
+			code, out, errs := runCmd(t, "mirror", "--from", archive, "--to", dir)
+			if code != exitOK {
+				t.Fatalf("mirror: exit %d\n%s%s", code, out, errs)
+			}
+			if name == "blobs.acbak" && !strings.Contains(out, "(1 through the object store)") {
+				t.Errorf("expected the 1 MiB blob to go through the object store: %s", out)
+			}
+			code, out, _ = runCmd(t, "verify", "--archive", archive, "--sink", dir)
+			if code != exitOK {
+				t.Fatalf("verify: exit %d\n%s", code, out)
+			}
+		})
+	}
+}
+
+// TestReplayTwiceChangesNothing: the second replay of an archive stores no
+// new event, and draining again rewrites no file.
+func TestReplayTwiceChangesNothing(t *testing.T) {
+	bus := testBus(t)
+	archive := testfixtures.Path(t, "blobs.acbak")
+	first := replay(t, bus, archive)
+	dir := t.TempDir()
+	drain(t, bus, dir)
+	before := snapshot(t, dir)
+	second := replay(t, bus, archive)
+	if second.Duplicates != second.Published || first.Duplicates != 0 {
+		t.Fatalf("first replay %+v, second %+v: the second must be all duplicates", first, second)
+	}
+	drain(t, bus, dir)
+	after := snapshot(t, dir)
+	if len(before) != len(after) {
+		t.Fatalf("%d entries before, %d after", len(before), len(after))
+	}
+	for rel, e := range before {
+		if after[rel] != e {
+			t.Errorf("%s changed", rel)
+		}
+	}
+}
+
+// TestOldArchiveAfterNewer: replaying an older archive after a newer one
+// leaves the newer metas in place.
+func TestOldArchiveAfterNewer(t *testing.T) {
+	data := testfixtures.Read(t, "small.acbak")
+	// The "old" archive: each meta rolled back one hour and one revision.
+	old := rewriteMetas(t, data, func(m *events.ResourceMeta) {
+		m.UpdatedTime.Time = m.UpdatedTime.Add(-time.Hour)
+		m.TotalRevisionCount--
+	})
+	oldPath := filepath.Join(t.TempDir(), "old.acbak")
+	if err := os.WriteFile(oldPath, old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bus := testBus(t)
+	dir := t.TempDir()
+	replay(t, bus, testfixtures.Path(t, "small.acbak"))
+	drain(t, bus, dir)
+	replay(t, bus, oldPath)
+	drain(t, bus, dir)
+	code, out, _ := runCmd(t, "verify", "--archive", testfixtures.Path(t, "small.acbak"), "--sink", dir)
+	if code != exitOK {
+		t.Fatalf("after the old archive, the sink no longer equals the newer one:\n%s", out)
+	}
+	code, out, _ = runCmd(t, "verify", "--archive", oldPath, "--sink", dir)
+	if code != exitFailed || !strings.Contains(out, "differs") {
+		t.Fatalf("the old metas must not have been applied: exit %d\n%s", code, out)
+	}
+}
+
+func rewriteMetas(t *testing.T, data []byte, edit func(*events.ResourceMeta)) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	w := acbak.NewWriter(&out)
+	for f, err := range acbak.NewReader(bytes.NewReader(data), acbak.Options{}).All() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := f.Record
+		if mr, ok := rec.(*events.MetaRecord); ok {
+			m, err := mr.Meta()
+			if err != nil {
+				t.Fatal(err)
+			}
+			edit(m)
+			b, err := m.Encode(events.Msgpack)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec = &events.MetaRecord{Data: b}
+		}
+		if err := w.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
+}
+
+// publishRaw puts one event on the stream as a (possibly hostile)
+// publisher would.
+func publishRaw(t *testing.T, bus *stream.Bus, model string, rec events.Record, payload []byte) {
+	t.Helper()
+	env, err := events.EnvelopeFor(bus.Prefix(), model, rec, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(env.Subject)
+	for k, v := range env.Headers {
+		msg.Header.Set(k, v)
+	}
+	msg.Data = env.Payload
+	if _, err := bus.JS.PublishMsg(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBadInputIsDeadLettered: each bad event lands in the dead-letter
+// stream with its reason, the replicator moves on, and nothing outside the
+// sink's root is touched.
+func TestBadInputIsDeadLettered(t *testing.T) {
+	small := testfixtures.Read(t, "small.acbak")
+	var meta *events.ResourceMeta
+	var res *events.RawResource
+	for f, err := range acbak.NewReader(bytes.NewReader(small), acbak.Options{}).All() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch r := f.Record.(type) {
+		case *events.MetaRecord:
+			if meta == nil {
+				meta, _ = r.Meta()
+			}
+		case *events.RevisionRecord:
+			if res == nil {
+				res, _ = r.Resource()
+			}
+		}
+	}
+	metaWithID := func(id string) events.Record {
+		m := *meta
+		m.ResourceID = id
+		b, err := m.Encode(events.Msgpack)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &events.MetaRecord{Data: b}
+	}
+	revWith := func(edit func(*events.RawResource)) events.Record {
+		r := *res
+		edit(&r)
+		b, err := r.Encode(events.Msgpack)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &events.RevisionRecord{Data: b}
+	}
+	cases := []struct {
+		name   string
+		model  string
+		rec    events.Record
+		reason string
+	}{
+		{"meta data not msgpack", "issue", &events.MetaRecord{Data: []byte{0xc1}}, "not a valid ResourceMeta"},
+		{"revision data truncated", "issue", &events.RevisionRecord{Data: []byte{0x82, 0xa4}}, "not a valid RawResource"},
+		{"blob bytes do not match file_id", "issue", &events.BlobRecord{FileID: "99aa06d3014798d86001c324468d497f", BlobData: []byte("x"), Size: 1}, "bytes hash to"},
+		{"resource_id escapes the root", "issue", metaWithID("../../escape"), "resource_id"},
+		{"resource_id with a slash", "issue", metaWithID("a/b"), "resource_id"},
+		{"empty resource_id", "issue", metaWithID(""), "resource_id"},
+		{"resource_id with NUL", "issue", metaWithID("a\x00b"), "resource_id"},
+		{"absolute resource_id", "issue", metaWithID("/etc/passwd"), "resource_id"},
+		{"model escapes the root", "..", metaWithID("fine"), "model"},
+		{"revision_id escapes", "issue", revWith(func(r *events.RawResource) { r.Info.RevisionID = "../../x" }), "revision_id"},
+		{"schema_version escapes", "issue", revWith(func(r *events.RawResource) { r.Info.SchemaVersion = events.Some("../../x") }), "schema_version"},
+	}
+	bus := testBus(t)
+	parent := t.TempDir()
+	root := filepath.Join(parent, "sink")
+	for _, tc := range cases {
+		publishRaw(t, bus, tc.model, tc.rec, nil)
+	}
+	// A good record after the bad ones still gets applied.
+	publishRaw(t, bus, "issue", metaWithID("issue:good"), nil)
+	before := snapshot(t, parent)
+	out := drain(t, bus, root+"?name=badsink")
+	if !strings.Contains(out, fmt.Sprintf("%d dead-lettered", len(cases))) {
+		t.Fatalf("want %d dead letters: %s", len(cases), out)
+	}
+	if _, err := os.Stat(filepath.Join(root, "issue", "meta", "issue:good.data")); err != nil {
+		t.Fatalf("the good record after the bad ones was not applied: %v", err)
+	}
+	// Nothing outside the root.
+	for rel := range snapshot(t, parent) {
+		if _, ok := before[rel]; !ok && !strings.HasPrefix(rel, "sink") {
+			t.Errorf("%s was written outside the sink root", rel)
+		}
+	}
+	// Each reason is in the dead-letter stream.
+	code, list, _ := runCmd(t, "dlq", "list", "--nats", bus.URL(), "--sink", "badsink")
+	if code != exitOK {
+		t.Fatalf("dlq list: exit %d", code)
+	}
+	lines := strings.Split(strings.TrimSpace(list), "\n")
+	if len(lines) != len(cases)+1 {
+		t.Fatalf("dlq list shows %d lines:\n%s", len(lines), list)
+	}
+	for i, tc := range cases {
+		if !strings.Contains(lines[i], "reason=") || !strings.Contains(lines[i], tc.reason) {
+			t.Errorf("%s: dead letter %q lacks reason %q", tc.name, lines[i], tc.reason)
+		}
+	}
+	// dlq replay re-publishes them (and they are dead-lettered again,
+	// since they are still bad): the list is then as long as before.
+	code, out, _ = runCmd(t, "dlq", "replay", "--nats", bus.URL(), "--sink", "badsink")
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("%d dead letters re-published", len(cases))) {
+		t.Fatalf("dlq replay: exit %d %s", code, out)
+	}
+	drain(t, bus, root+"?name=badsink")
+	_, list2, _ := runCmd(t, "dlq", "list", "--nats", bus.URL(), "--sink", "badsink")
+	if n := len(strings.Split(strings.TrimSpace(list2), "\n")); n != len(cases)+1 {
+		t.Fatalf("after replay the dead letters should be back once each; got %d lines:\n%s", n, list2)
+	}
+}
+
+// TestSeparateCommandsShareTheEmbeddedServer: `writer replay` and
+// `replicator run` started one after the other on the default embedded
+// server (same data directory) see the same stream.
+func TestSeparateCommandsShareTheEmbeddedServer(t *testing.T) {
+	dataDir := t.TempDir()
+	ctx := context.Background()
+	bus, err := stream.Open(ctx, stream.Config{DataDir: dataDir}, quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	replay(t, bus, testfixtures.Path(t, "small.acbak"))
+	bus.Close() // the server stops with its process; the stream stays on disk
+	dir := t.TempDir()
+	code, out, errs := runCmd(t, "run", "--data-dir", dataDir, "--nats", "", "--until-drained", "--listen", "", "--sink", dir)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, _ := runCmd(t, "verify", "--archive", testfixtures.Path(t, "small.acbak"), "--sink", dir); code != exitOK {
+		t.Fatalf("verify: %s", out)
+	}
+}
+
+// TestCrashAndResume kills the replicator process (SIGKILL) at random
+// points of a drain of 15,000 revisions, restarts it each time, and checks that the
+// final tree equals a clean run's, file for file.
+func TestCrashAndResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and drains 15,000 revisions several times")
+	}
+	bin := filepath.Join(t.TempDir(), "replicator")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	archive := filepath.Join(t.TempDir(), "crash.acbak")
+	if err := writeArchive(archive, 1500); err != nil {
+		t.Fatal(err)
+	}
+	bus := testBus(t)
+	replay(t, bus, archive)
+
+	crashed := filepath.Join(t.TempDir(), "crashed")
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	kills := 0
+	for i := 0; i < 6 && kills < 4; i++ {
+		cmd := exec.Command(bin, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--batch", "64", "--ack-wait", "3s", "--sink", crashed+"?name=crashy")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("run %d exited: %v", i, err)
+			}
+			continue // finished before the kill
+		case <-time.After(time.Duration(150+rng.IntN(900)) * time.Millisecond):
+		}
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+		kills++
+	}
+	if kills == 0 {
+		t.Fatal("the replicator always finished before it could be killed; enlarge the archive")
+	}
+	// Resume to completion.
+	if code, out, errs := runCmd(t, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--ack-wait", "3s", "--sink", crashed+"?name=crashy"); code != exitOK {
+		t.Fatalf("final run: %d\n%s%s", code, out, errs)
+	}
+	clean := filepath.Join(t.TempDir(), "clean")
+	drain(t, bus, clean+"?name=clean")
+
+	a, b := snapshot(t, crashed), snapshot(t, clean)
+	leftovers := 0
+	for rel := range a {
+		if strings.HasPrefix(rel, ".specstar-tmp") {
+			leftovers++
+			delete(a, rel)
+		}
+	}
+	if len(a) != len(b) {
+		t.Errorf("crashed tree has %d files, clean tree %d", len(a), len(b))
+	}
+	for rel, e := range b {
+		if a[rel].sum != e.sum {
+			t.Errorf("%s differs after %d kills", rel, kills)
+		}
+	}
+	if leftovers != 0 {
+		t.Errorf("%d temporary files left behind by the kills", leftovers)
+	}
+	t.Logf("killed %d times; %d files equal", kills, len(b))
+}

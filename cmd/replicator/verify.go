@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"iter"
+	"log/slog"
+	"os"
+
+	"github.com/specstar/replicator/acbak"
+	"github.com/specstar/replicator/dedup"
+	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/progress"
+)
+
+// sinkReader is what verify reads from a sink.
+type sinkReader interface {
+	Meta(ctx context.Context, model, resourceID string) (*events.ResourceMeta, error)
+	Revision(ctx context.Context, model, resourceID, revisionID string, schemaVersion events.Opt[string]) (*events.RevisionInfo, []byte, error)
+	OpenBlob(ctx context.Context, fileID string) (*events.Binary, io.ReadCloser, error)
+}
+
+// sourceRecord is one record of the source of truth and where it is.
+type sourceRecord struct {
+	Model  string
+	Record events.Record
+	Where  string // e.g. "frame 3 at offset 450"
+}
+
+// recordSource yields the records a sink should hold. An archive is one;
+// the Postgres and S3 sources plug in here.
+type recordSource interface {
+	Records(ctx context.Context) iter.Seq2[sourceRecord, error]
+}
+
+// archiveSource reads an .acbak file.
+type archiveSource struct {
+	path  string
+	opts  acbak.Options
+	meter *progress.Meter
+}
+
+func (a *archiveSource) Records(ctx context.Context) iter.Seq2[sourceRecord, error] {
+	return func(yield func(sourceRecord, error) bool) {
+		f, err := os.Open(a.path)
+		if err != nil {
+			yield(sourceRecord{}, err)
+			return
+		}
+		defer f.Close()
+		opts := a.opts
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			opts.Size = st.Size()
+		}
+		r := acbak.NewReader(f, opts)
+		model := ""
+		for fr, err := range r.All() {
+			if err != nil {
+				yield(sourceRecord{}, err)
+				return
+			}
+			if a.meter != nil {
+				a.meter.Update(int64(r.Frames()), r.Offset())
+			}
+			switch rec := fr.Record.(type) {
+			case *events.ModelStartRecord:
+				model = rec.ModelName
+			case *events.MetaRecord, *events.RevisionRecord, *events.BlobRecord:
+				if !yield(sourceRecord{Model: model, Record: rec, Where: fmt.Sprintf("frame %d at offset %d", fr.Index, fr.Offset)}, nil) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// comparison counts what compareSink found.
+type comparison struct {
+	Metas, Revisions, Blobs int
+	Differences             int
+}
+
+// compareSink checks that the sink holds every record of the source, with
+// equal bytes: metas and revision infos compared in msgpack, payloads and
+// blobs byte for byte. Each difference goes to report.
+func compareSink(ctx context.Context, src recordSource, snk sinkReader, report func(string)) (*comparison, error) {
+	c := &comparison{}
+	diff := func(where, format string, args ...any) {
+		c.Differences++
+		report(fmt.Sprintf("%s: %s", where, fmt.Sprintf(format, args...)))
+	}
+	for sr, err := range src.Records(ctx) {
+		if err != nil {
+			return c, err
+		}
+		switch rec := sr.Record.(type) {
+		case *events.MetaRecord:
+			c.Metas++
+			want, err := rec.Meta()
+			if err != nil {
+				diff(sr.Where, "source meta does not decode: %v", err)
+				continue
+			}
+			got, err := snk.Meta(ctx, sr.Model, want.ResourceID)
+			if err != nil {
+				diff(sr.Where, "model %q meta %q: %v", sr.Model, want.ResourceID, missingOr(err))
+				continue
+			}
+			if b, err := got.Encode(events.Msgpack); err != nil || !bytes.Equal(b, rec.Data) {
+				diff(sr.Where, "model %q meta %q differs (sink: updated %s, %d revisions, current %s; source: updated %s, %d revisions, current %s)",
+					sr.Model, want.ResourceID, got.UpdatedTime.Format(), got.TotalRevisionCount, got.CurrentRevisionID,
+					want.UpdatedTime.Format(), want.TotalRevisionCount, want.CurrentRevisionID)
+			}
+		case *events.RevisionRecord:
+			c.Revisions++
+			want, err := rec.Resource()
+			if err != nil {
+				diff(sr.Where, "source revision does not decode: %v", err)
+				continue
+			}
+			info, data, err := snk.Revision(ctx, sr.Model, want.Info.ResourceID, want.Info.RevisionID, want.Info.SchemaVersion)
+			if err != nil {
+				diff(sr.Where, "model %q revision %q: %v", sr.Model, want.Info.RevisionID, missingOr(err))
+				continue
+			}
+			got := events.RawResource{Info: *info, RawData: data}
+			if !bytes.Equal(data, want.RawData) {
+				diff(sr.Where, "model %q revision %q: payload differs (%d bytes in sink, %d in source)", sr.Model, want.Info.RevisionID, len(data), len(want.RawData))
+			} else if b, err := got.Encode(events.Msgpack); err != nil || !bytes.Equal(b, rec.Data) {
+				diff(sr.Where, "model %q revision %q: info differs (sink uid %s, source uid %s)", sr.Model, want.Info.RevisionID, info.UID, want.Info.UID)
+			}
+		case *events.BlobRecord:
+			c.Blobs++
+			bin, r, err := snk.OpenBlob(ctx, rec.FileID)
+			if err != nil {
+				diff(sr.Where, "blob %s: %v", rec.FileID, missingOr(err))
+				continue
+			}
+			h := dedup.NewFileIDHasher()
+			n, err := io.Copy(h, r)
+			r.Close()
+			switch {
+			case err != nil:
+				diff(sr.Where, "blob %s: reading it: %v", rec.FileID, err)
+			case n != int64(len(rec.BlobData)) || dedup.HexSum(h) != dedup.FileID(rec.BlobData):
+				diff(sr.Where, "blob %s: bytes differ (%d in sink, %d in source)", rec.FileID, n, len(rec.BlobData))
+			case bin.ContentType.Value != rec.ContentType:
+				diff(sr.Where, "blob %s: content type %q in sink, %q in source", rec.FileID, bin.ContentType.Value, rec.ContentType)
+			}
+		}
+	}
+	return c, nil
+}
+
+func missingOr(err error) string {
+	if errors.Is(err, fs.ErrNotExist) {
+		return "missing from the sink"
+	}
+	return err.Error()
+}
+
+func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	archive := fs.String("archive", "", "archive holding what the sink should hold")
+	sinkURL := fs.String("sink", "", "sink to check")
+	lenient := fs.Bool("lenient", false, "read the archive leniently (see writer verify)")
+	pos, ok := parse(fs, args, stderr)
+	if !ok {
+		return exitUsage
+	}
+	if len(pos) != 0 || *archive == "" || *sinkURL == "" {
+		fmt.Fprintln(stderr, "replicator verify: want --archive ARCHIVE --sink URL")
+		return exitUsage
+	}
+	spec, err := parseSink(*sinkURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "replicator verify: %v\n", err)
+		return exitUsage
+	}
+	if _, err := os.Stat(spec.path); err != nil {
+		fmt.Fprintf(stderr, "replicator verify: sink %s: %v\n", spec.raw, err)
+		return exitFailed
+	}
+	snk, err := spec.open(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "replicator verify: %v\n", err)
+		return exitFailed
+	}
+	defer snk.Close()
+	reader, ok := snk.(sinkReader)
+	if !ok {
+		fmt.Fprintf(stderr, "replicator verify: sink %s cannot be read back\n", spec.raw)
+		return exitFailed
+	}
+	var size int64
+	if st, err := os.Stat(*archive); err == nil {
+		size = st.Size()
+	}
+	meter := progress.New("verify "+spec.raw, size, log)
+	src := &archiveSource{path: *archive, opts: acbak.Options{Lenient: *lenient}, meter: meter}
+	c, err := compareSink(ctx, src, reader, func(line string) { fmt.Fprintln(stdout, line) })
+	meter.Done()
+	if err != nil {
+		fmt.Fprintf(stderr, "replicator verify: %s: %v\n", *archive, err)
+		return exitFailed
+	}
+	verdict := "equal"
+	if c.Differences > 0 {
+		verdict = "DIFFERENT"
+	}
+	fmt.Fprintf(stdout, "%s vs %s: %s: %d metas, %d revisions, %d blobs compared, %d differences\n",
+		*archive, spec.raw, verdict, c.Metas, c.Revisions, c.Blobs, c.Differences)
+	if c.Differences > 0 {
+		return exitFailed
+	}
+	return exitOK
+}

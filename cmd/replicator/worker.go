@@ -1,0 +1,352 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/progress"
+	"github.com/specstar/replicator/sink"
+	"github.com/specstar/replicator/stream"
+)
+
+// Dead-letter headers, added to the original event's headers.
+const (
+	headerDLQReason  = "Specstar-Dlq-Reason"
+	headerDLQSink    = "Specstar-Dlq-Sink"
+	headerDLQSeq     = "Specstar-Dlq-Stream-Seq"
+	headerDLQSubject = "Specstar-Dlq-Subject"
+)
+
+// workerConfig tunes one sink's consumer.
+type workerConfig struct {
+	batch         int           // messages fetched, applied, made durable and acked together
+	maxAckPending int           // JetStream flow control for the durable consumer
+	ackWait       time.Duration // redelivery after this long without an ack
+	untilDrained  bool          // stop once everything the stream held at start is applied
+}
+
+// worker moves events from one durable consumer into one sink.
+type worker struct {
+	spec *sinkSpec
+	sink applier
+	bus  *stream.Bus
+	cfg  workerConfig
+	log  *slog.Logger
+	m    *metrics
+
+	applied int64 // events acked
+	bytes   int64 // payload bytes acked
+	dead    int64
+}
+
+// invalidError marks an event that can never be applied (it is
+// dead-lettered, not retried).
+type invalidError struct{ reason string }
+
+func (e *invalidError) Error() string { return e.reason }
+
+func invalid(format string, args ...any) error {
+	return &invalidError{reason: fmt.Sprintf(format, args...)}
+}
+
+func isPermanent(err error) bool {
+	var ie *invalidError
+	return errors.As(err, &ie) || sink.IsInvalid(err)
+}
+
+// consumer creates or resumes the sink's durable pull consumer.
+func (w *worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	cfg := jetstream.ConsumerConfig{
+		Durable:       w.spec.name,
+		Description:   "SpecStar sink " + w.spec.raw,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       w.cfg.ackWait,
+		MaxAckPending: w.cfg.maxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	if f := w.spec.filters(w.bus.Prefix()); len(f) == 1 {
+		cfg.FilterSubject = f[0]
+	} else {
+		cfg.FilterSubjects = f
+	}
+	c, err := w.bus.Stream.CreateOrUpdateConsumer(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", w.spec.name, err)
+	}
+	return c, nil
+}
+
+// run consumes until ctx ends or, with untilDrained, until every event the
+// stream held when run started is applied.
+func (w *worker) run(ctx context.Context) error {
+	cons, err := w.consumer(ctx)
+	if err != nil {
+		return err
+	}
+	var target uint64
+	var meter *progress.Meter
+	if w.cfg.untilDrained {
+		info, err := w.bus.Stream.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("stream info: %w", err)
+		}
+		target = info.State.LastSeq
+		if ci, err := cons.Info(ctx); err == nil {
+			meter = progress.NewCount("sink "+w.spec.raw, int64(ci.NumPending)+int64(ci.NumAckPending), w.log)
+			defer meter.Done()
+		}
+	}
+	w.m.setReady(w.spec.name, true)
+	defer w.m.setReady(w.spec.name, false)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if w.cfg.untilDrained {
+			done, err := w.drained(ctx, cons, target)
+			if err != nil {
+				return err
+			}
+			if done {
+				return nil
+			}
+		}
+		batch, err := cons.Fetch(w.cfg.batch, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			w.log.Warn("fetch failed; retrying", "sink", w.spec.name, "err", err)
+			w.sleep(ctx, time.Second)
+			continue
+		}
+		var msgs []jetstream.Msg
+		for msg := range batch.Messages() {
+			msgs = append(msgs, msg)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && len(msgs) == 0 && ctx.Err() == nil {
+			w.log.Warn("fetch ended with an error", "sink", w.spec.name, "err", err)
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		if _, err := w.process(ctx, msgs); err != nil {
+			return err
+		}
+		w.bytes += batchBytes(msgs)
+		if meter != nil {
+			meter.Update(w.applied, w.bytes)
+		}
+	}
+}
+
+// drained reports whether the consumer has acknowledged everything up to
+// target: its ack floor has reached it, or (with a subject filter, whose
+// floor may stop below) nothing is pending or awaiting an ack. Events
+// delivered to a process that died count as awaiting an ack until
+// JetStream redelivers them after AckWait.
+func (w *worker) drained(ctx context.Context, cons jetstream.Consumer, target uint64) (bool, error) {
+	if target == 0 {
+		return true, nil
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return false, fmt.Errorf("consumer info: %w", err)
+	}
+	w.m.pending.WithLabelValues(w.spec.name).Set(float64(info.NumPending))
+	return info.AckFloor.Stream >= target || (info.NumPending == 0 && info.NumAckPending == 0), nil
+}
+
+// process applies a batch, makes it durable, then acks it; it returns the
+// highest stream sequence acked.
+func (w *worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, error) {
+	start := time.Now()
+	var last uint64
+	for _, msg := range msgs {
+		kind, outcome, err := w.applyWithRetry(ctx, msg)
+		if err != nil {
+			if !isPermanent(err) {
+				return last, err // only ctx ends a transient retry loop
+			}
+			if err := w.deadLetter(ctx, msg, err); err != nil {
+				return last, err
+			}
+			outcome = "dead_letter"
+		}
+		w.m.applied.WithLabelValues(w.spec.name, kind, outcome).Inc()
+	}
+	if err := w.retry(ctx, "flush", func() error { return w.sink.Flush(ctx) }); err != nil {
+		return last, err
+	}
+	for i, msg := range msgs {
+		var err error
+		if i == len(msgs)-1 {
+			// Wait for the server to confirm the last ack of the batch, so
+			// a clean stop never leaves acked-but-unconfirmed work behind.
+			err = msg.DoubleAck(ctx)
+		} else {
+			err = msg.Ack()
+		}
+		if err != nil {
+			// The write is durable and idempotent: a lost ack only means a
+			// redelivery that changes nothing.
+			w.log.Warn("ack failed", "sink", w.spec.name, "err", err)
+		}
+		if md, err := msg.Metadata(); err == nil {
+			last = max(last, md.Sequence.Stream)
+		}
+		w.applied++
+	}
+	w.m.lastSeq.WithLabelValues(w.spec.name).Set(float64(last))
+	w.m.batch.WithLabelValues(w.spec.name).Observe(time.Since(start).Seconds())
+	return last, nil
+}
+
+func (w *worker) sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// retry runs op until it succeeds, fails permanently, or ctx ends,
+// backing off exponentially (capped at 30 s) between transient failures.
+func (w *worker) retry(ctx context.Context, what string, op func() error) error {
+	eb := backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(0), backoff.WithMaxInterval(30*time.Second))
+	return backoff.RetryNotify(func() error {
+		err := op()
+		if err != nil && isPermanent(err) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(eb, ctx), func(err error, d time.Duration) {
+		w.m.retries.WithLabelValues(w.spec.name).Inc()
+		w.log.Warn("sink error; retrying", "sink", w.spec.name, "op", what, "in", d.String(), "err", err)
+	})
+}
+
+func (w *worker) applyWithRetry(ctx context.Context, msg jetstream.Msg) (kind, outcome string, err error) {
+	kind = msg.Headers().Get(events.HeaderKind)
+	err = w.retry(ctx, "apply "+kind, func() error {
+		var aerr error
+		outcome, aerr = w.apply(ctx, msg)
+		return aerr
+	})
+	return kind, outcome, err
+}
+
+// apply decodes one event and hands it to the sink.
+func (w *worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
+	h := msg.Headers()
+	model := h.Get(events.HeaderModel)
+	payload := msg.Data()
+	tag, err := events.PeekTag(events.Msgpack, payload)
+	if err != nil {
+		return "", invalid("undecodable record: %v", err)
+	}
+	var out sink.Outcome
+	switch tag {
+	case events.TagMeta:
+		rec, err := events.DecodeRecord(events.Msgpack, payload)
+		if err != nil {
+			return "", invalid("MetaRecord: %v", err)
+		}
+		meta, err := rec.(*events.MetaRecord).Meta()
+		if err != nil {
+			return "", invalid("MetaRecord data is not a valid ResourceMeta: %v", err)
+		}
+		out, err = w.sink.ApplyMeta(ctx, model, meta)
+		if err != nil {
+			return "", err
+		}
+	case events.TagRevision:
+		rec, err := events.DecodeRecord(events.Msgpack, payload)
+		if err != nil {
+			return "", invalid("RevisionRecord: %v", err)
+		}
+		res, err := rec.(*events.RevisionRecord).Resource()
+		if err != nil {
+			return "", invalid("RevisionRecord data is not a valid RawResource: %v", err)
+		}
+		if out, err = w.sink.ApplyRevision(ctx, model, res); err != nil {
+			return "", err
+		}
+	case events.TagBlob:
+		rec, err := events.DecodeRecord(events.Msgpack, payload)
+		if err != nil {
+			return "", invalid("BlobRecord: %v", err)
+		}
+		b := rec.(*events.BlobRecord)
+		if out, err = w.sink.ApplyBlob(ctx, b.FileID, b.Size, b.ContentType, bytes.NewReader(b.BlobData)); err != nil {
+			return "", err
+		}
+	case events.TagBlobRef:
+		ref, err := events.DecodeBlobRef(payload)
+		if err != nil {
+			return "", invalid("BlobRefRecord: %v", err)
+		}
+		r, err := w.bus.OpenBlob(ctx, ref.Bucket, ref.FileID)
+		if err != nil {
+			return "", err // transient: the object may still be arriving
+		}
+		out, err = w.sink.ApplyBlob(ctx, ref.FileID, ref.Size, ref.ContentType, r)
+		r.Close()
+		if err != nil {
+			return "", err
+		}
+	default:
+		return "ignored", nil // a tag this sink has nothing to store for
+	}
+	return out.String(), nil
+}
+
+// deadLetter moves an event the sink can never apply to the dead-letter
+// stream, with the reason, and counts it.
+func (w *worker) deadLetter(ctx context.Context, msg jetstream.Msg, cause error) error {
+	dl := nats.NewMsg(w.bus.DLQSubject(w.spec.name))
+	for k, vs := range msg.Headers() {
+		for _, v := range vs {
+			dl.Header.Add(k, v)
+		}
+	}
+	seq := uint64(0)
+	if md, err := msg.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+	}
+	dl.Header.Set(headerDLQReason, cause.Error())
+	dl.Header.Set(headerDLQSink, w.spec.name)
+	dl.Header.Set(headerDLQSeq, strconv.FormatUint(seq, 10))
+	dl.Header.Set(headerDLQSubject, msg.Subject())
+	// Re-dead-lettering after a crash stores it once.
+	dl.Header.Set(events.HeaderMsgID, fmt.Sprintf("dlq-%s-%d", w.spec.name, seq))
+	dl.Data = msg.Data()
+	err := w.retry(ctx, "dead-letter", func() error {
+		_, err := w.bus.JS.PublishMsg(ctx, dl)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	w.dead++
+	w.m.deadLetters.WithLabelValues(w.spec.name).Inc()
+	w.log.Error("event dead-lettered", "sink", w.spec.name, "stream_seq", seq, "subject", msg.Subject(), "reason", cause.Error())
+	return nil
+}
+
+func batchBytes(msgs []jetstream.Msg) int64 {
+	var n int64
+	for _, m := range msgs {
+		n += int64(len(m.Data()))
+	}
+	return n
+}
