@@ -21,6 +21,7 @@ func (c *workerConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.batch, "batch", 256, "events applied, made durable and acked together")
 	fs.IntVar(&c.maxAckPending, "max-ack-pending", 4096, "unacknowledged events JetStream lets one sink hold")
 	fs.DurationVar(&c.ackWait, "ack-wait", time.Minute, "redeliver an event not acked within this time")
+	fs.IntVar(&c.parallel, "parallel", 16, "events of a batch applied at once")
 }
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
@@ -118,6 +119,7 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	to := fs.String("to", "", "directory of the SpecStar disk deployment to write (or a sink URL)")
 	dataDir := fs.String("data-dir", "", "embedded server's data directory (default: a temporary one, removed afterwards)")
 	lenient := fs.Bool("lenient", false, "accept what SpecStar's loader accepts (see writer verify)")
+	dupWindow := fs.Duration("duplicate-window", time.Hour, "how long the embedded stream drops re-published records by message id (its memory grows with the events in this window)")
 	var wc workerConfig
 	wc.register(fs)
 	pos, ok := parse(fs, args, stderr)
@@ -144,7 +146,7 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		dir = tmp
 	}
 	start := time.Now()
-	bus, err := stream.Open(ctx, stream.Config{DataDir: dir}, log)
+	bus, err := stream.Open(ctx, stream.Config{DataDir: dir, DuplicateWindow: *dupWindow}, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator mirror: %v\n", err)
 		return exitFailed

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -33,6 +34,7 @@ type workerConfig struct {
 	maxAckPending int           // JetStream flow control for the durable consumer
 	ackWait       time.Duration // redelivery after this long without an ack
 	untilDrained  bool          // stop once everything the stream held at start is applied
+	parallel      int           // events of a batch applied at once
 }
 
 // worker moves events from one durable consumer into one sink.
@@ -168,22 +170,41 @@ func (w *worker) drained(ctx context.Context, cons jetstream.Consumer, target ui
 }
 
 // process applies a batch, makes it durable, then acks it; it returns the
-// highest stream sequence acked.
+// highest stream sequence acked. Events of a batch are applied by up to
+// cfg.parallel goroutines: the sinks are order-independent and lock per
+// resource, and concurrent fsyncs share the file system's journal commits.
 func (w *worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, error) {
 	start := time.Now()
+	type result struct {
+		kind, outcome string
+		err           error
+	}
+	results := make([]result, len(msgs))
+	sem := make(chan struct{}, max(w.cfg.parallel, 1))
+	var wg sync.WaitGroup
+	for i, msg := range msgs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			r := &results[i]
+			r.kind, r.outcome, r.err = w.applyWithRetry(ctx, msg)
+		}()
+	}
+	wg.Wait()
 	var last uint64
-	for _, msg := range msgs {
-		kind, outcome, err := w.applyWithRetry(ctx, msg)
-		if err != nil {
-			if !isPermanent(err) {
-				return last, err // only ctx ends a transient retry loop
+	for i, msg := range msgs {
+		r := results[i]
+		if r.err != nil {
+			if !isPermanent(r.err) {
+				return last, r.err // only ctx ends a transient retry loop
 			}
-			if err := w.deadLetter(ctx, msg, err); err != nil {
+			if err := w.deadLetter(ctx, msg, r.err); err != nil {
 				return last, err
 			}
-			outcome = "dead_letter"
+			r.outcome = "dead_letter"
 		}
-		w.m.applied.WithLabelValues(w.spec.name, kind, outcome).Inc()
+		w.m.applied.WithLabelValues(w.spec.name, r.kind, r.outcome).Inc()
 	}
 	if err := w.retry(ctx, "flush", func() error { return w.sink.Flush(ctx) }); err != nil {
 		return last, err
