@@ -33,6 +33,8 @@ import (
 	"sync"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
 )
@@ -54,6 +56,12 @@ type DiskOptions struct {
 	SQLiteMeta   bool            // metas in {root}/{model}/meta.db instead of .data files
 	SymlinkIndex bool            // write the older symlinked index form
 	OnDuplicate  string          // "" = newer meta wins (default); "overwrite", "skip", "raise_error" = SpecStar's archive-restore semantics
+	// SyncPerBatch trades power-loss atomicity for speed: files are not
+	// fsynced one by one; Flush makes everything durable with one syncfs.
+	// A process crash still leaves no partial file; a power loss may leave
+	// files of the last unflushed (so unacknowledged) batch empty or
+	// partial until their redelivered events rewrite them.
+	SyncPerBatch bool
 }
 
 // Outcome tells the caller what an Apply call did, so that replays and
@@ -284,7 +292,9 @@ func (d *Disk) decideMeta(model string, meta *events.ResourceMeta, encoded, exis
 	}
 	old, err := events.DecodeResourceMeta(d.opts.Encoding, existing)
 	if err != nil {
-		return 0, fmt.Errorf("sink: decode stored meta %s: %w", where, err)
+		// A stored meta that does not decode is a broken entry (no SpecStar
+		// reader could use it, e.g. cut short by a power loss): replace it.
+		return Written, nil
 	}
 	if compareMeta(meta, encoded, old, existing) > 0 {
 		return Written, nil
@@ -610,7 +620,7 @@ func (d *Disk) writeSlot(slot string, cur slotState, uid string) error {
 	if err := os.Mkdir(tmp, 0o755); err != nil {
 		return fmt.Errorf("sink: index entry: %w", err)
 	}
-	if err := writeSynced(filepath.Join(tmp, "uid"), []byte(uid)); err != nil {
+	if err := writeSynced(filepath.Join(tmp, "uid"), []byte(uid), !d.opts.SyncPerBatch); err != nil {
 		os.RemoveAll(tmp)
 		return err
 	}
@@ -690,14 +700,18 @@ func (d *Disk) ApplyBlob(ctx context.Context, fileID string, size int64, content
 	path := filepath.Join(dir, name)
 	unlock := d.locks.lock("\x00blob\x00" + name)
 	defer unlock()
-	if _, err := os.Lstat(path); err == nil {
-		return Unchanged, nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return 0, fmt.Errorf("sink: blob: %w", err)
-	}
 	hdr, err := blobHeader(fileID, size, contentType)
 	if err != nil {
 		return 0, invalidf(key, "cannot be encoded: %v", err)
+	}
+	if st, err := os.Lstat(path); err == nil {
+		// Content-addressed: written once. A file of the wrong length can
+		// only be a write cut short by a power loss: rewrite it.
+		if !d.opts.SyncPerBatch || st.Size() == int64(len(hdr))+size {
+			return Unchanged, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return 0, fmt.Errorf("sink: blob: %w", err)
 	}
 	if _, err := d.ensureDir(dir); err != nil {
 		return 0, err
@@ -742,8 +756,10 @@ func (d *Disk) ApplyBlob(ctx context.Context, fileID string, size int64, content
 	if err := bw.Flush(); err != nil {
 		return 0, fmt.Errorf("sink: blob %s: %w", tmp, err)
 	}
-	if err := f.Sync(); err != nil {
-		return 0, fmt.Errorf("sink: blob %s: %w", tmp, err)
+	if !d.opts.SyncPerBatch {
+		if err := f.Sync(); err != nil {
+			return 0, fmt.Errorf("sink: blob %s: %w", tmp, err)
+		}
 	}
 	if err := f.Close(); err != nil {
 		return 0, fmt.Errorf("sink: blob %s: %w", tmp, err)
@@ -783,6 +799,13 @@ func (d *Disk) Flush(ctx context.Context) error {
 	}
 	d.dirty = map[string]struct{}{}
 	d.mu.Unlock()
+	if d.opts.SyncPerBatch && len(dirs) > 0 {
+		if err := syncFS(d.root); err != nil {
+			d.markDirty(dirs...)
+			return err
+		}
+		return nil
+	}
 	// Deepest first: a new directory's own entries, then its entry in its
 	// parent.
 	sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
@@ -802,6 +825,9 @@ func (d *Disk) Flush(ctx context.Context) error {
 // syncNow fsyncs the given directories at once (and takes them off the
 // pending set), for entries that must be durable before a later write.
 func (d *Disk) syncNow(dirs ...string) error {
+	if d.opts.SyncPerBatch {
+		return nil // Flush's syncfs covers them
+	}
 	d.mu.Lock()
 	for _, dir := range dirs {
 		delete(d.dirty, dir)
@@ -900,7 +926,7 @@ func (d *Disk) writeFileAtomic(dir, name string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	if err := writeSynced(tmp, data); err != nil {
+	if err := writeSynced(tmp, data, !d.opts.SyncPerBatch); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
@@ -911,14 +937,15 @@ func (d *Disk) writeFileAtomic(dir, name string, data []byte) error {
 	return nil
 }
 
-// writeSynced creates path (which must not exist), writes data and fsyncs.
-func writeSynced(path string, data []byte) error {
+// writeSynced creates path (which must not exist), writes data and, if
+// sync, fsyncs it.
+func writeSynced(path string, data []byte, sync bool) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return fmt.Errorf("sink: %w", err)
 	}
 	_, err = f.Write(data)
-	if err == nil {
+	if err == nil && sync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -970,4 +997,18 @@ func (k *keyLocks) lock(key string) (unlock func()) {
 		}
 		k.mu.Unlock()
 	}
+}
+
+// syncFS makes every write to the file system holding root durable
+// (syncfs(2)): one call for a whole batch.
+func syncFS(root string) error {
+	f, err := os.Open(root)
+	if err != nil {
+		return fmt.Errorf("sink: syncfs %s: %w", root, err)
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("sink: syncfs %s: %w", root, err)
+	}
+	return nil
 }
