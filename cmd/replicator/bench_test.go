@@ -83,6 +83,20 @@ func BenchmarkPipelineDisk(b *testing.B) {
 	report(b, size)
 }
 
+// BenchmarkPipelineDiskSyncBatch is the same job with the disk sink's
+// sync=batch: one syncfs per batch instead of an fsync per file.
+func BenchmarkPipelineDiskSyncBatch(b *testing.B) {
+	archive, size := benchInput(b)
+	for b.Loop() {
+		dir := b.TempDir()
+		var out, errs bytes.Buffer
+		if code := run(context.Background(), []string{"mirror", "--from", archive, "--to", "disk:" + dir + "?sync=batch", "--data-dir", b.TempDir()}, &out, &errs); code != exitOK {
+			b.Fatalf("mirror: %d %s %s", code, out.String(), errs.String())
+		}
+	}
+	report(b, size)
+}
+
 // BenchmarkRawJetStream is baseline (a): the same frame payloads published
 // asynchronously to a stream on the same embedded server and consumed
 // through a durable pull consumer with explicit acks, with none of our

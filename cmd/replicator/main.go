@@ -38,7 +38,8 @@ commands:
       Materialize the event stream into each sink through its own durable
       consumer. A sink is disk:/path (or a path), with options
       ?encoding=json|msgpack&meta=files|sqlite&index=uid|symlink
-      &on_duplicate=newer|overwrite|skip|raise_error&name=N&models=a,b
+      &on_duplicate=newer|overwrite|skip|raise_error&sync=file|batch
+      &name=N&models=a,b
   mirror --from ARCHIVE --to DIR
       One command on an embedded JetStream server: replay the archive,
       materialize it into a SpecStar disk deployment, print a summary.

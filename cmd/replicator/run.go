@@ -180,7 +180,7 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	}
 	w := workers[0]
 	fmt.Fprintf(stdout, "mirrored %s into %s in %s: %d metas, %d revisions, %d blobs (%d through the object store), %d events applied, %d dead-lettered\n",
-		*from, spec.path, time.Since(start).Round(time.Millisecond), rs.Metas, rs.Revisions, rs.Blobs, rs.LargeBlobs, w.applied, w.dead)
+		*from, spec.where(), time.Since(start).Round(time.Millisecond), rs.Metas, rs.Revisions, rs.Blobs, rs.LargeBlobs, w.applied, w.dead)
 	for _, warn := range rs.Warnings {
 		fmt.Fprintf(stdout, "warning: %s\n", warn.Error())
 	}

@@ -26,16 +26,105 @@ type applier interface {
 // sinkSpec is one --sink value, parsed.
 type sinkSpec struct {
 	raw    string
-	kind   string // "disk"
-	path   string
-	name   string   // durable consumer name
-	models []string // only these models (all if empty)
+	kind   string // "disk" or "postgres"
+	path   string // disk root
+	dsn    string // postgres connection string, without our options
+	name   string // durable consumer name
+	models []string
 	disk   sink.DiskOptions
+	pg     sink.PostgresOptions
 }
 
-// parseSink reads a sink URL: "disk:/path", a plain path, or
-// "disk:/path?encoding=msgpack&meta=sqlite&index=symlink&on_duplicate=skip&name=N&models=a,b".
+// postgresOptionKeys are the query parameters of a postgres:// sink URL
+// that configure the sink; all others are left to the driver.
+var postgresOptionKeys = map[string]bool{
+	"encoding": true, "meta_table": true, "table_prefix": true, "revisions": true,
+	"on_duplicate": true, "name": true, "models": true,
+}
+
+// parsePostgresSink reads postgres://user@host/db?sslmode=...&encoding=json
+// &meta_table={model}_meta&table_prefix=p_&revisions=true&on_duplicate=...
+func parsePostgresSink(raw string) (*sinkSpec, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("sink %q: %w", redact(raw), err)
+	}
+	s := &sinkSpec{raw: redact(raw), kind: "postgres"}
+	q := u.Query()
+	driver := url.Values{}
+	for k, vs := range q {
+		if !postgresOptionKeys[k] {
+			driver[k] = vs
+			continue
+		}
+		v := vs[len(vs)-1]
+		switch k {
+		case "encoding":
+			e, err := events.ParseEncoding(v)
+			if err != nil {
+				return nil, fmt.Errorf("sink %q: %w", s.raw, err)
+			}
+			s.pg.Encoding = events.Some(e)
+		case "meta_table":
+			s.pg.MetaTable = v
+		case "table_prefix":
+			s.pg.TablePrefix = v
+		case "revisions":
+			s.pg.Revisions = v == "true" || v == "1" || v == "yes"
+		case "on_duplicate":
+			if v != "newer" {
+				s.pg.OnDuplicate = v
+			}
+		case "name":
+			s.name = v
+		case "models":
+			s.models = splitList(v)
+		}
+	}
+	u.RawQuery = driver.Encode()
+	s.dsn = u.String()
+	if s.name == "" {
+		// Stable for the same database and tables, whatever the password.
+		id := u.Host + u.Path + "|" + s.pg.TablePrefix + "|" + s.pg.MetaTable
+		h := xxh3.HashString128("postgres:" + id).Bytes()
+		s.name = fmt.Sprintf("sink-pg-%x", h[:6])
+	}
+	return s, nil
+}
+
+// redact hides a password in a URL for logs and consumer descriptions.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, m := range strings.Split(v, ",") {
+		if m != "" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// parseSink reads a sink URL: "disk:/path", a plain path,
+// "disk:/path?encoding=msgpack&meta=sqlite&index=symlink&on_duplicate=skip&sync=batch&name=N&models=a,b",
+// or a postgres:// URL (see parsePostgresSink).
 func parseSink(raw string) (*sinkSpec, error) {
+	if strings.HasPrefix(raw, "postgres://") || strings.HasPrefix(raw, "postgresql://") {
+		s, err := parsePostgresSink(raw)
+		if err != nil {
+			return nil, err
+		}
+		return s, checkName(s)
+	}
 	s := &sinkSpec{raw: raw, kind: "disk"}
 	rest := raw
 	switch {
@@ -44,7 +133,7 @@ func parseSink(raw string) (*sinkSpec, error) {
 		rest = strings.TrimPrefix(rest, "//")
 	case strings.Contains(raw, "://"):
 		scheme, _, _ := strings.Cut(raw, "://")
-		return nil, fmt.Errorf("sink %q: %s sinks are not available yet (disk:/path is)", raw, scheme)
+		return nil, fmt.Errorf("sink %q: %s sinks are not available yet (disk:/path and postgres:// are)", raw, scheme)
 	}
 	path, query, _ := strings.Cut(rest, "?")
 	if path == "" {
@@ -90,14 +179,18 @@ func parseSink(raw string) (*sinkSpec, error) {
 			default:
 				return nil, fmt.Errorf("sink %q: on_duplicate=%q (want newer, overwrite, skip or raise_error)", raw, v)
 			}
+		case "sync":
+			switch v {
+			case "file":
+			case "batch":
+				s.disk.SyncPerBatch = true
+			default:
+				return nil, fmt.Errorf("sink %q: sync=%q (want file or batch)", raw, v)
+			}
 		case "name":
 			s.name = v
 		case "models":
-			for _, m := range strings.Split(v, ",") {
-				if m != "" {
-					s.models = append(s.models, m)
-				}
-			}
+			s.models = splitList(v)
 		default:
 			return nil, fmt.Errorf("sink %q: unknown option %q", raw, k)
 		}
@@ -108,18 +201,37 @@ func parseSink(raw string) (*sinkSpec, error) {
 		h := xxh3.HashString128("disk:" + s.path).Bytes()
 		s.name = fmt.Sprintf("sink-disk-%x", h[:6])
 	}
+	return s, checkName(s)
+}
+
+func checkName(s *sinkSpec) error {
 	if strings.ContainsAny(s.name, ".*> \t") {
-		return nil, fmt.Errorf("sink %q: name %q may not contain '.', '*', '>' or spaces", raw, s.name)
+		return fmt.Errorf("sink %q: name %q may not contain '.', '*', '>' or spaces", s.raw, s.name)
 	}
-	return s, nil
+	return nil
 }
 
 func (s *sinkSpec) open(ctx context.Context) (applier, error) {
+	if s.kind == "postgres" {
+		p, err := sink.OpenPostgres(ctx, s.dsn, s.pg)
+		if err != nil {
+			return nil, fmt.Errorf("open sink %s: %w", s.raw, err)
+		}
+		return p, nil
+	}
 	d, err := sink.OpenDisk(ctx, s.path, s.disk)
 	if err != nil {
 		return nil, fmt.Errorf("open sink %s: %w", s.raw, err)
 	}
 	return d, nil
+}
+
+// where names the sink's destination for people.
+func (s *sinkSpec) where() string {
+	if s.kind == "disk" {
+		return s.path
+	}
+	return s.raw
 }
 
 // filters are the consumer's subject filters.
