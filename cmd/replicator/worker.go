@@ -123,7 +123,7 @@ func (w *worker) run(ctx context.Context) error {
 				return nil
 			}
 		}
-		batch, err := cons.Fetch(w.cfg.batch, jetstream.FetchMaxWait(time.Second))
+		msgs, err := w.fetch(ctx, cons)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -131,13 +131,6 @@ func (w *worker) run(ctx context.Context) error {
 			w.log.Warn("fetch failed; retrying", "sink", w.spec.name, "err", err)
 			w.sleep(ctx, time.Second)
 			continue
-		}
-		var msgs []jetstream.Msg
-		for msg := range batch.Messages() {
-			msgs = append(msgs, msg)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && len(msgs) == 0 && ctx.Err() == nil {
-			w.log.Warn("fetch ended with an error", "sink", w.spec.name, "err", err)
 		}
 		if len(msgs) == 0 {
 			continue
@@ -150,6 +143,31 @@ func (w *worker) run(ctx context.Context) error {
 			meter.Update(w.applied, w.bytes)
 		}
 	}
+}
+
+// fetch returns the next batch: it waits up to a second for the first
+// event, then takes whatever else is already there, up to cfg.batch, so
+// a trickle of events is applied at once and a backlog in full batches.
+func (w *worker) fetch(ctx context.Context, cons jetstream.Consumer) ([]jetstream.Msg, error) {
+	var msgs []jetstream.Msg
+	first, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+	if err != nil {
+		return nil, err
+	}
+	for m := range first.Messages() {
+		msgs = append(msgs, m)
+	}
+	if len(msgs) == 0 || w.cfg.batch <= 1 {
+		return msgs, nil
+	}
+	rest, err := cons.FetchNoWait(w.cfg.batch - len(msgs))
+	if err != nil {
+		return msgs, nil // the first is enough to go on with
+	}
+	for m := range rest.Messages() {
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
 }
 
 // drained reports whether the consumer has acknowledged everything up to
