@@ -1,0 +1,478 @@
+package source
+
+// PostgresSource reads what SpecStar's PostgresMetaStore and
+// PostgresResourceStore write (the tables sink.Postgres writes):
+//
+//	{prefix}{model}_meta      one row per resource, data = ResourceMeta in the deployment's encoding
+//	{prefix}resource_data     uid -> payload bytes and RevisionInfo (info)
+//	{prefix}resource_index    (resource_id, revision_id, schema_version or '__none__') -> uid
+//
+// and turns them into the DumpRecords of an archive: per resource its
+// MetaRecord (ResourceMeta re-encoded to msgpack) followed by one
+// RevisionRecord (RawResource{info, raw_data}, msgpack) per revision.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/specstar/replicator/events"
+)
+
+// PostgresOptions choose the tables and encoding of the SpecStar Postgres
+// deployment a PostgresSource reads (the same meaning as
+// sink.PostgresOptions, so one configuration describes both ends).
+type PostgresOptions struct {
+	// Encoding of the meta data and info columns; UNSET (the zero value)
+	// means msgpack, what SpecStar's Postgres factories write.
+	Encoding events.Opt[events.Encoding]
+	// MetaTable names a model's meta table, "{model}" replaced by the
+	// model name; "" means "{model}_meta".
+	MetaTable string
+	// TablePrefix is SpecStar's table_prefix, before the meta tables and
+	// resource_data / resource_index. Letters, digits and "_".
+	TablePrefix string
+	// Models to read. Empty means every table of the current schema whose
+	// name is TablePrefix + MetaTable with "{model}" matching a non-empty
+	// model name (letters, digits, "_", "-") and that has the meta
+	// columns resource_id, data and updated_time; the template must then
+	// contain "{model}". Discovery is by name only: without a prefix,
+	// "{model}_meta" also matches the meta tables of other prefixes.
+	Models []string
+	// Revisions reads revisions from {prefix}resource_data and
+	// {prefix}resource_index. False: the deployment keeps them elsewhere
+	// (S3, disk) and only MetaRecords are emitted.
+	Revisions bool
+}
+
+// PostgresSource reads a SpecStar Postgres deployment; it exists to
+// replicate a live deployment (Snapshot, then Poll) rather than an archive.
+// It is safe for concurrent use.
+type PostgresSource struct {
+	pool       *pgxpool.Pool
+	opts       PostgresOptions
+	enc        events.Encoding
+	tmpl       string
+	dataTable  string
+	indexTable string
+}
+
+// Position is where a Snapshot stands, JSON-serializable so that the
+// caller can store it durably and resume a Snapshot after a crash.
+type Position struct {
+	// Model is the model being read; models are read in byte order of
+	// their names, so every model before it is complete. "" is the start.
+	Model string `json:"model,omitempty"`
+	// ResourceID is the last resource of Model emitted in full ("" = none).
+	ResourceID string `json:"resource_id,omitempty"`
+	// Cursor is the Poll cursor taken in the first Snapshot run, kept
+	// through resumptions: polling must start from the earliest snapshot
+	// so that what changed between runs is not missed.
+	Cursor *Cursor `json:"cursor,omitempty"`
+}
+
+// SnapshotStats report what a Snapshot read, and where a live tail takes
+// over.
+type SnapshotStats struct {
+	// SnapshotID is pg_export_snapshot() of the snapshot read. Postgres
+	// lets another session import it (SET TRANSACTION SNAPSHOT) only while
+	// the Snapshot's transaction is open, i.e. from inside emit; after
+	// Snapshot returns it identifies the snapshot in logs.
+	SnapshotID string
+	// TxSnapshot is pg_current_snapshot() (xmin:xmax:xip,...) of the
+	// snapshot: durable, so a logical-replication tail whose slot was
+	// created before the Snapshot can skip exactly the transactions the
+	// snapshot saw (pg_visible_in_snapshot) and miss none.
+	TxSnapshot string
+	Models     []string // the models read, in order
+	Metas      int      // MetaRecords emitted
+	Revisions  int      // RevisionRecords emitted
+	End        Position // the Position after the last resource
+	Cursor     Cursor   // where Poll starts to follow the changes after the (first) snapshot
+}
+
+// pgNoneSchema is PostgresResourceStore's stand-in for a None
+// schema_version in resource_index.
+const pgNoneSchema = "__none__"
+
+// snapshotPage is how many metas one query of Snapshot or Poll reads; only
+// one page (and the revisions of one row at a time) is in memory.
+const snapshotPage = 256
+
+// OpenPostgres connects to dsn (a libpq URL or key=value string) and
+// checks the options; it is the one way to get a PostgresSource. Tables
+// are looked up when read.
+func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*PostgresSource, error) {
+	enc := events.Msgpack
+	if opts.Encoding.Present {
+		if opts.Encoding.Null {
+			return nil, errors.New("source: postgres encoding is None (leave it UNSET for msgpack)")
+		}
+		enc = opts.Encoding.Value
+	}
+	if enc != events.JSON && enc != events.Msgpack {
+		return nil, fmt.Errorf("source: unknown encoding %v", enc)
+	}
+	tmpl := opts.MetaTable
+	if tmpl == "" {
+		tmpl = "{model}_meta"
+	}
+	if err := checkConfigName("table prefix", opts.TablePrefix); err != nil {
+		return nil, err
+	}
+	if err := checkConfigName("meta table template", strings.ReplaceAll(tmpl, "{model}", "")); err != nil {
+		return nil, err
+	}
+	if len(opts.Models) == 0 && !strings.Contains(tmpl, "{model}") {
+		return nil, fmt.Errorf("source: meta table template %q has no {model}: models cannot be discovered, list them", tmpl)
+	}
+	s := &PostgresSource{
+		opts:       opts,
+		enc:        enc,
+		tmpl:       tmpl,
+		dataTable:  opts.TablePrefix + "resource_data",
+		indexTable: opts.TablePrefix + "resource_index",
+	}
+	for _, m := range opts.Models {
+		if _, err := s.metaTable(m); err != nil {
+			return nil, err
+		}
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("source: postgres dsn: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("source: postgres connect: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("source: postgres connect to %s@%s:%d/%s: %w",
+			cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
+	}
+	s.pool = pool
+	return s, nil
+}
+
+// Close closes the connection pool; the source cannot be used afterwards.
+func (s *PostgresSource) Close() { s.pool.Close() }
+
+func checkConfigName(what, s string) error {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+			return fmt.Errorf("source: %s %q: character %q is not an ASCII letter, digit or '_'", what, s, c)
+		}
+	}
+	return nil
+}
+
+// metaTable returns a model's meta table name, validating the model name
+// as sink.Postgres does (letters, digits, "_", "-").
+func (s *PostgresSource) metaTable(model string) (string, error) {
+	if !validModel(model) {
+		return "", fmt.Errorf("source: model %q cannot be part of a meta table name (letters, digits, '_' and '-' can)", model)
+	}
+	name := s.opts.TablePrefix + strings.ReplaceAll(s.tmpl, "{model}", model)
+	if len(name) > 63 {
+		return "", fmt.Errorf("source: meta table %q of model %q is longer than a Postgres identifier may be (63 bytes)", name, model)
+	}
+	return name, nil
+}
+
+func validModel(model string) bool {
+	if model == "" || !utf8.ValidString(model) {
+		return false
+	}
+	for _, r := range model {
+		if !(r == '_' || r == '-' || unicode.IsLetter(r) || unicode.IsDigit(r)) {
+			return false
+		}
+	}
+	return true
+}
+
+func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// models returns the models to read, sorted and without duplicates:
+// opts.Models, or those discovered in the current schema (see
+// PostgresOptions.Models).
+func (s *PostgresSource) models(ctx context.Context, q pgxQuerier) ([]string, error) {
+	if len(s.opts.Models) > 0 {
+		return slices.Compact(slices.Sorted(slices.Values(s.opts.Models))), nil
+	}
+	before, after, _ := strings.Cut(s.tmpl, "{model}")
+	re := regexp.MustCompile("^" + regexp.QuoteMeta(s.opts.TablePrefix+before) + "(.+)" + regexp.QuoteMeta(after) + "$")
+	rows, err := q.Query(ctx, `SELECT c.relname::text FROM pg_class c
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')
+		  AND (SELECT count(*) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+		       AND a.attname IN ('resource_id', 'data', 'updated_time')) = 3`)
+	if err != nil {
+		return nil, fmt.Errorf("source: postgres: discover meta tables: %w", err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("source: postgres: discover meta tables: %w", err)
+	}
+	var models []string
+	for _, n := range names {
+		if m := re.FindStringSubmatch(n); m != nil && validModel(m[1]) {
+			models = append(models, m[1])
+		}
+	}
+	slices.Sort(models)
+	return slices.Compact(models), nil
+}
+
+// pgxQuerier is a connection or transaction.
+type pgxQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// metaRow is one meta row read.
+type metaRow struct {
+	rid     string
+	data    []byte
+	updated time.Time
+	hash    string // md5(data), Poll's fingerprint
+}
+
+// Snapshot emits, from ONE consistent snapshot (a REPEATABLE READ READ
+// ONLY transaction), every model's resources in resource_id order (the
+// database's collation): each resource's MetaRecord (data re-encoded to
+// msgpack, as in an archive), then, with Revisions, one RevisionRecord per
+// revision (ordered by revision number, then schema version; the
+// resource tables are shared by the models of a prefix, so a resource's
+// revisions are the resource_index rows of its resource_id). Metas are
+// read a page at a time and revisions streamed, so memory does not grow
+// with the tables.
+//
+// pos, given with each record, is the Position to resume from once that
+// record and all before it are durably handled: it names the resource
+// only with the resource's last record. Snapshot(from) continues after
+// from: a resource some of whose records were handled before a stop is
+// emitted again in full (the sinks are idempotent), no other is. The
+// resumed run reads a newer snapshot than the first; from.Cursor (taken by
+// the first run) keeps Poll starting early enough to cover the gap.
+// Errors from emit are returned as they are (wrapped).
+func (s *PostgresSource) Snapshot(ctx context.Context, from Position, emit func(model string, rec events.Record, pos Position) error) (SnapshotStats, error) {
+	var st SnapshotStats
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return st, fmt.Errorf("source: postgres snapshot: %w", err)
+	}
+	defer conn.Release()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return st, fmt.Errorf("source: postgres snapshot: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := tx.QueryRow(ctx, `SELECT pg_export_snapshot(), pg_current_snapshot()::text`).Scan(&st.SnapshotID, &st.TxSnapshot); err != nil {
+		return st, fmt.Errorf("source: postgres snapshot: export: %w", err)
+	}
+	models, err := s.models(ctx, tx)
+	if err != nil {
+		return st, err
+	}
+	st.Models = models
+	pos := from
+	if pos.Cursor == nil {
+		c, err := s.snapshotCursor(ctx, tx, models)
+		if err != nil {
+			return st, err
+		}
+		pos.Cursor = &c
+	}
+	st.Cursor = *pos.Cursor
+	for _, model := range models {
+		if model < from.Model {
+			continue
+		}
+		after := ""
+		if model == from.Model {
+			after = from.ResourceID
+		} else {
+			pos.Model, pos.ResourceID = model, ""
+		}
+		if err := s.snapshotModel(ctx, tx, model, after, &pos, &st, emit); err != nil {
+			return st, err
+		}
+	}
+	st.End = pos
+	if err := tx.Commit(ctx); err != nil {
+		return st, fmt.Errorf("source: postgres snapshot: commit: %w", err)
+	}
+	return st, nil
+}
+
+// snapshotModel emits one model's resources after the resource id after
+// ("" = from the first), advancing pos.
+func (s *PostgresSource) snapshotModel(ctx context.Context, tx pgx.Tx, model, after string, pos *Position, st *SnapshotStats,
+	emit func(string, events.Record, Position) error) error {
+	table, err := s.metaTable(model)
+	if err != nil {
+		return err
+	}
+	// Two statements rather than one with "$2 OR resource_id > $1", which
+	// the planner could not turn into an index range scan.
+	sel := `SELECT resource_id, data, updated_time, '' FROM ` + ident(table)
+	order := ` ORDER BY resource_id LIMIT ` + fmt.Sprint(snapshotPage)
+	first := after == ""
+	for {
+		var rows pgx.Rows
+		if first {
+			rows, err = tx.Query(ctx, sel+order)
+		} else {
+			rows, err = tx.Query(ctx, sel+` WHERE resource_id > $1`+order, after)
+		}
+		if err != nil {
+			return fmt.Errorf("source: postgres %s: read metas after %q: %w", table, after, err)
+		}
+		page, err := collectMetas(rows)
+		if err != nil {
+			return fmt.Errorf("source: postgres %s: read metas after %q: %w", table, after, err)
+		}
+		err = s.emitResources(ctx, tx, model, table, page, func(rec events.Record, m *metaRow, last bool) error {
+			if _, ok := rec.(*events.MetaRecord); ok {
+				st.Metas++
+			} else {
+				st.Revisions++
+			}
+			if last {
+				pos.Model, pos.ResourceID = model, m.rid
+			}
+			return emit(model, rec, *pos)
+		})
+		if err != nil {
+			return err
+		}
+		if len(page) < snapshotPage {
+			return nil
+		}
+		after, first = page[len(page)-1].rid, false
+	}
+}
+
+func collectMetas(rows pgx.Rows) ([]metaRow, error) {
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (metaRow, error) {
+		var m metaRow
+		err := r.Scan(&m.rid, &m.data, &m.updated, &m.hash)
+		return m, err
+	})
+}
+
+// emitResources emits, for each meta of page in order, its MetaRecord and
+// (with Revisions) its RevisionRecords, read in one streamed query; last
+// marks the final record of a resource.
+func (s *PostgresSource) emitResources(ctx context.Context, tx pgx.Tx, model, table string, page []metaRow,
+	emit func(rec events.Record, m *metaRow, last bool) error) error {
+	if len(page) == 0 {
+		return nil
+	}
+	metaRecs := make([]*events.MetaRecord, len(page))
+	for i := range page {
+		meta, err := events.DecodeResourceMeta(s.enc, page[i].data)
+		if err != nil {
+			return fmt.Errorf("source: postgres %s row %q: data: %w", table, page[i].rid, err)
+		}
+		b, err := meta.Encode(events.Msgpack)
+		if err != nil {
+			return fmt.Errorf("source: postgres %s row %q: re-encode meta: %w", table, page[i].rid, err)
+		}
+		metaRecs[i] = &events.MetaRecord{Data: b}
+	}
+	if !s.opts.Revisions {
+		for i := range page {
+			if err := emit(metaRecs[i], &page[i], true); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	rids := make([]string, len(page))
+	for i := range page {
+		rids[i] = page[i].rid
+	}
+	rows, err := tx.Query(ctx, `SELECT k.ord, ri.resource_id, ri.revision_id, ri.schema_version, ri.uid, rd.info, rd.data
+		FROM unnest($1::text[]) WITH ORDINALITY AS k(rid, ord)
+		JOIN `+ident(s.indexTable)+` AS ri ON ri.resource_id = k.rid
+		LEFT JOIN `+ident(s.dataTable)+` AS rd ON rd.uid = ri.uid
+		ORDER BY k.ord, length(ri.revision_id), ri.revision_id, ri.schema_version`, rids)
+	if err != nil {
+		return fmt.Errorf("source: postgres %s / %s: read revisions of model %q: %w", s.indexTable, s.dataTable, model, err)
+	}
+	defer rows.Close()
+	// A revision record is held back one step so that the last record
+	// of each resource can be marked.
+	type pending struct {
+		rec events.Record
+		i   int
+	}
+	var held *pending
+	flush := func(last bool) error {
+		if held == nil {
+			return nil
+		}
+		h := held
+		held = nil
+		return emit(h.rec, &page[h.i], last)
+	}
+	next := 0 // the next meta to emit
+	for rows.Next() {
+		var (
+			ord                 int64
+			rid, revID, sv, uid string
+			infoBytes, data     []byte
+		)
+		if err := rows.Scan(&ord, &rid, &revID, &sv, &uid, &infoBytes, &data); err != nil {
+			return fmt.Errorf("source: postgres %s: revisions of model %q: %w", s.indexTable, model, err)
+		}
+		i := int(ord) - 1
+		for next <= i {
+			if err := flush(true); err != nil {
+				return err
+			}
+			held = &pending{metaRecs[next], next}
+			next++
+		}
+		where := fmt.Sprintf("source: postgres %s row (%q, %q, %q) uid %q", s.indexTable, rid, revID, sv, uid)
+		if infoBytes == nil {
+			return fmt.Errorf("%s: no %s row", where, s.dataTable)
+		}
+		info, err := events.DecodeRevisionInfo(s.enc, infoBytes)
+		if err != nil {
+			return fmt.Errorf("%s: info: %w", where, err)
+		}
+		raw := &events.RawResource{Info: *info, RawData: data}
+		b, err := raw.Encode(events.Msgpack)
+		if err != nil {
+			return fmt.Errorf("%s: encode: %w", where, err)
+		}
+		if err := flush(false); err != nil {
+			return err
+		}
+		held = &pending{&events.RevisionRecord{Data: b}, i}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("source: postgres %s: revisions of model %q: %w", s.indexTable, model, err)
+	}
+	for next < len(page) {
+		if err := flush(true); err != nil {
+			return err
+		}
+		held = &pending{metaRecs[next], next}
+		next++
+	}
+	return flush(true)
+}
