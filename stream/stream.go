@@ -230,3 +230,24 @@ func (b *Bus) Close() {
 // URL is the server URL this bus is connected to (for an embedded server,
 // what other processes can use as --nats).
 func (b *Bus) URL() string { return b.NC.ConnectedUrl() }
+
+// Positions is the key-value bucket where publishers keep how far they
+// have published (a snapshot's progress, a tail's cursor), so a restart
+// neither loses nor re-sends more than the unacknowledged tail.
+func (b *Bus) Positions(ctx context.Context) (jetstream.KeyValue, error) {
+	name := b.cfg.Stream + "_POSITIONS"
+	kv, err := b.JS.KeyValue(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      name,
+			Description: "publisher positions (snapshot progress, tail cursors)",
+			Storage:     jetstream.FileStorage,
+			Replicas:    b.cfg.Replicas,
+			History:     1,
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("key-value bucket %s: %w", name, err)
+	}
+	return kv, nil
+}

@@ -44,8 +44,10 @@ commands:
       One command on an embedded JetStream server: replay the archive,
       materialize it into a SpecStar disk deployment, print a summary.
   verify --archive ARCHIVE --sink URL
-      Compare a sink with an archive: metas, revisions (info and payload)
-      and blobs. Exit 0 only if equal.
+  verify --source postgres://... --sink URL
+      Compare a sink with an archive or a live Postgres deployment (one
+      snapshot of it): metas, revisions (info and payload) and blobs.
+      Exit 0 only if equal.
   dlq list [--sink NAME]
       Show dead-lettered events with their reasons.
   dlq replay [--sink NAME]

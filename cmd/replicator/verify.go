@@ -16,6 +16,7 @@ import (
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/progress"
+	"github.com/specstar/replicator/source"
 )
 
 // sinkReader is what verify reads from a sink.
@@ -88,6 +89,43 @@ func (s *sinkSpec) holds() holds {
 		return holds{revisions: s.pg.Revisions}
 	}
 	return holds{revisions: true, blobs: true}
+}
+
+// postgresSource reads a SpecStar Postgres deployment from one snapshot.
+type postgresSource struct {
+	url string
+}
+
+// errStop ends a Snapshot early when the consumer of the records stops.
+var errStop = errors.New("stop")
+
+func (p *postgresSource) Records(ctx context.Context) iter.Seq2[sourceRecord, error] {
+	return func(yield func(sourceRecord, error) bool) {
+		dsn, opts, err := source.ParsePostgresURL(p.url)
+		if err != nil {
+			yield(sourceRecord{}, err)
+			return
+		}
+		src, err := source.OpenPostgres(ctx, dsn, opts)
+		if err != nil {
+			yield(sourceRecord{}, err)
+			return
+		}
+		defer src.Close()
+		_, err = src.Snapshot(ctx, source.Position{}, func(model string, rec events.Record, _ source.Position) error {
+			where := "meta"
+			if _, ok := rec.(*events.RevisionRecord); ok {
+				where = "revision"
+			}
+			if !yield(sourceRecord{Model: model, Record: rec, Where: "postgres " + where}, nil) {
+				return errStop
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errStop) {
+			yield(sourceRecord{}, err)
+		}
+	}
 }
 
 // comparison counts what compareSink found.
@@ -184,14 +222,15 @@ func missingOr(err error) string {
 func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	archive := fs.String("archive", "", "archive holding what the sink should hold")
+	pgURL := fs.String("source", "", "or a SpecStar Postgres deployment: postgres://... (see writer snapshot)")
 	sinkURL := fs.String("sink", "", "sink to check")
 	lenient := fs.Bool("lenient", false, "read the archive leniently (see writer verify)")
 	pos, ok := parse(fs, args, stderr)
 	if !ok {
 		return exitUsage
 	}
-	if len(pos) != 0 || *archive == "" || *sinkURL == "" {
-		fmt.Fprintln(stderr, "replicator verify: want --archive ARCHIVE --sink URL")
+	if len(pos) != 0 || (*archive == "") == (*pgURL == "") || *sinkURL == "" {
+		fmt.Fprintln(stderr, "replicator verify: want --archive ARCHIVE or --source postgres://..., and --sink URL")
 		return exitUsage
 	}
 	spec, err := parseSink(*sinkURL)
@@ -217,15 +256,19 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		return exitFailed
 	}
 	var size int64
-	if st, err := os.Stat(*archive); err == nil {
+	if st, err := os.Stat(*archive); err == nil && *archive != "" {
 		size = st.Size()
 	}
 	meter := progress.New("verify "+spec.raw, size, log)
-	src := &archiveSource{path: *archive, opts: acbak.Options{Lenient: *lenient}, meter: meter}
+	var src recordSource = &archiveSource{path: *archive, opts: acbak.Options{Lenient: *lenient}, meter: meter}
+	from := *archive
+	if *pgURL != "" {
+		src, from = &postgresSource{url: *pgURL}, source.Redact(*pgURL)
+	}
 	c, err := compareSink(ctx, src, reader, spec.holds(), func(line string) { fmt.Fprintln(stdout, line) })
 	meter.Done()
 	if err != nil {
-		fmt.Fprintf(stderr, "replicator verify: %s: %v\n", *archive, err)
+		fmt.Fprintf(stderr, "replicator verify: %s: %v\n", from, err)
 		return exitFailed
 	}
 	verdict := "equal"
@@ -233,7 +276,7 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		verdict = "DIFFERENT"
 	}
 	fmt.Fprintf(stdout, "%s vs %s: %s: %d metas, %d revisions, %d blobs compared, %d differences\n",
-		*archive, spec.raw, verdict, c.Metas, c.Revisions, c.Blobs, c.Differences)
+		from, spec.raw, verdict, c.Metas, c.Revisions, c.Blobs, c.Differences)
 	if c.Differences > 0 {
 		return exitFailed
 	}

@@ -3,6 +3,8 @@
 //	writer inspect ARCHIVE [--json] [--lenient]   summarize an archive
 //	writer verify ARCHIVE [--lenient]             check an archive completely
 //	writer replay ARCHIVE [--nats URL]            publish an archive as events
+//	writer snapshot --from postgres://...         publish a deployment's state
+//	writer tail --from postgres://...             and then its changes
 //
 // Exit status: 0 success (verify: the archive is valid), 1 the archive is
 // not valid or could not be read, 2 usage error.
@@ -47,6 +49,14 @@ commands:
       Publish every record of the archive, in order, as events on the
       JetStream stream (an embedded server when no URL is given).
       Re-publishing stores nothing new: events carry deterministic ids.
+  snapshot --from postgres://... [--restart] [--nats URL]
+      Publish the current state of a SpecStar Postgres deployment (metas,
+      and revisions from its resource tables) from one consistent
+      snapshot; an interrupted snapshot resumes where it stopped.
+  tail --from postgres://... [--interval D] [--overlap D] [--nats URL]
+      Take a snapshot if none was completed, then publish changes as they
+      happen (keyset polling), until interrupted. Positions are stored in
+      the stream's positions bucket.
 `
 
 func main() {
@@ -70,6 +80,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdVerify(ctx, args[1:], stdout, stderr, log)
 	case "replay":
 		return cmdReplay(ctx, args[1:], stdout, stderr, log)
+	case "snapshot":
+		return cmdSnapshot(ctx, args[1:], stdout, stderr, log)
+	case "tail":
+		return cmdTail(ctx, args[1:], stdout, stderr, log)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

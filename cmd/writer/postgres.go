@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/zeebo/xxh3"
+
+	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/progress"
+	"github.com/specstar/replicator/source"
+	"github.com/specstar/replicator/stream"
+)
+
+// pgState is what a Postgres publisher keeps in the positions bucket.
+type pgState struct {
+	Snapshot     source.Position `json:"snapshot"`              // progress of the snapshot
+	SnapshotDone bool            `json:"snapshot_done"`         // the whole snapshot is on the stream
+	Cursor       *source.Cursor  `json:"cursor,omitempty"`      // where the tail continues
+	Updated      time.Time       `json:"updated,omitzero"`      // when this was saved
+	TxSnapshot   string          `json:"tx_snapshot,omitempty"` // the snapshot's pg_current_snapshot()
+}
+
+// pgPublisher couples a Postgres source with the stream and the stored
+// position of that source.
+type pgPublisher struct {
+	src    *source.PostgresSource
+	bus    *stream.Bus
+	pub    *stream.Publisher
+	kv     jetstream.KeyValue
+	key    string
+	state  pgState
+	meter  *progress.Meter
+	log    *slog.Logger
+	events int64
+	bytes  int64
+}
+
+type pgFlags struct {
+	from     string
+	cfg      stream.Config
+	inflight int
+}
+
+func (f *pgFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.from, "from", "", "the deployment's Postgres: postgres://user@host/db?table_prefix=&meta_table={model}_meta&encoding=msgpack&revisions=true&models=a,b")
+	fs.StringVar(&f.cfg.URL, "nats", os.Getenv("NATS_URL"), "NATS server URL (default $NATS_URL; empty runs an embedded JetStream server)")
+	fs.StringVar(&f.cfg.Stream, "stream", "SPECSTAR", "JetStream stream name")
+	fs.StringVar(&f.cfg.SubjectPrefix, "subject-prefix", "specstar", "subject prefix of events")
+	fs.StringVar(&f.cfg.DataDir, "data-dir", stream.DefaultDataDir(), "embedded server's data directory")
+	fs.IntVar(&f.inflight, "max-inflight", 512, "published events awaiting their acknowledgement at most")
+}
+
+func openPG(ctx context.Context, f *pgFlags, log *slog.Logger) (*pgPublisher, error) {
+	if f.from == "" {
+		return nil, errors.New("--from postgres://... is required")
+	}
+	dsn, opts, err := source.ParsePostgresURL(f.from)
+	if err != nil {
+		return nil, err
+	}
+	src, err := source.OpenPostgres(ctx, dsn, opts)
+	if err != nil {
+		return nil, err
+	}
+	bus, err := stream.Open(ctx, f.cfg, log)
+	if err != nil {
+		src.Close()
+		return nil, err
+	}
+	kv, err := bus.Positions(ctx)
+	if err != nil {
+		bus.Close()
+		src.Close()
+		return nil, err
+	}
+	h := xxh3.HashString128(source.PostgresID(dsn, opts)).Bytes()
+	p := &pgPublisher{src: src, bus: bus, pub: bus.NewPublisher(f.inflight), kv: kv, key: fmt.Sprintf("pg-%x", h[:8]), log: log}
+	if e, err := kv.Get(ctx, p.key); err == nil {
+		if err := json.Unmarshal(e.Value(), &p.state); err != nil {
+			p.close()
+			return nil, fmt.Errorf("stored position %s: %w", p.key, err)
+		}
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		p.close()
+		return nil, fmt.Errorf("stored position %s: %w", p.key, err)
+	}
+	return p, nil
+}
+
+func (p *pgPublisher) close() {
+	p.bus.Close()
+	p.src.Close()
+}
+
+func (p *pgPublisher) publish(ctx context.Context, model string, rec events.Record) error {
+	env, err := events.EnvelopeFor(p.bus.Prefix(), model, rec, nil)
+	if err != nil {
+		return err
+	}
+	if err := p.pub.Publish(ctx, env); err != nil {
+		return err
+	}
+	p.events++
+	p.bytes += int64(len(env.Payload))
+	if p.meter != nil {
+		p.meter.Update(p.events, p.bytes)
+	}
+	return nil
+}
+
+// save waits for every event published so far to be acknowledged, then
+// stores the position: the stored position never runs ahead of the
+// stream.
+func (p *pgPublisher) save(ctx context.Context) error {
+	if err := p.pub.Flush(ctx); err != nil {
+		return err
+	}
+	p.state.Updated = time.Now().UTC()
+	b, err := json.Marshal(p.state)
+	if err != nil {
+		return err
+	}
+	if _, err := p.kv.Put(ctx, p.key, b); err != nil {
+		return fmt.Errorf("store position %s: %w", p.key, err)
+	}
+	return nil
+}
+
+// snapshot publishes the deployment's current state, resuming a snapshot
+// that was interrupted.
+func (p *pgPublisher) snapshot(ctx context.Context) (source.SnapshotStats, error) {
+	if p.state.Snapshot.Model != "" {
+		p.log.Info("resuming the snapshot", "after_model", p.state.Snapshot.Model, "after_resource", p.state.Snapshot.ResourceID)
+	}
+	last := time.Now()
+	st, err := p.src.Snapshot(ctx, p.state.Snapshot, func(model string, rec events.Record, pos source.Position) error {
+		if err := p.publish(ctx, model, rec); err != nil {
+			return err
+		}
+		p.state.Snapshot = pos
+		if time.Since(last) > time.Second {
+			last = time.Now()
+			return p.save(ctx)
+		}
+		return nil
+	})
+	if err != nil {
+		// Keep what was published: the next run resumes after it.
+		if serr := p.save(context.WithoutCancel(ctx)); serr != nil {
+			p.log.Warn("could not store the snapshot position", "err", serr)
+		}
+		return st, err
+	}
+	cur := st.Cursor.Clone()
+	p.state = pgState{Snapshot: st.End, SnapshotDone: true, Cursor: &cur, TxSnapshot: st.TxSnapshot}
+	return st, p.save(ctx)
+}
+
+func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
+	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
+	var f pgFlags
+	f.register(fs)
+	restart := fs.Bool("restart", false, "take a new snapshot even if one was completed (the sinks are idempotent)")
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
+		return exitUsage
+	}
+	p, err := openPG(ctx, &f, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "writer snapshot: %v\n", err)
+		return exitInvalid
+	}
+	defer p.close()
+	if *restart {
+		p.state = pgState{}
+	}
+	if p.state.SnapshotDone {
+		fmt.Fprintf(stdout, "a snapshot of %s was completed at %s; `writer tail` follows from it (use --restart for a new one)\n",
+			source.Redact(f.from), p.state.Updated.Format(time.RFC3339))
+		return exitOK
+	}
+	start := time.Now()
+	p.meter = progress.New("snapshot "+source.Redact(f.from), 0, log)
+	st, err := p.snapshot(ctx)
+	p.meter.Done()
+	if err != nil {
+		fmt.Fprintf(stderr, "writer snapshot: %v (the position is stored; run again to resume)\n", err)
+		return exitInvalid
+	}
+	fmt.Fprintf(stdout, "snapshot of %s in %s: models %v, %d metas, %d revisions published (%d already on the stream)\n",
+		source.Redact(f.from), time.Since(start).Round(time.Millisecond), st.Models, st.Metas, st.Revisions, p.pub.Stats.Duplicates)
+	return exitOK
+}
+
+func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
+	fs := flag.NewFlagSet("tail", flag.ContinueOnError)
+	var f pgFlags
+	f.register(fs)
+	mode := fs.String("mode", "poll", "how to follow changes: poll (keyset polling on updated_time; logical replication is not available yet)")
+	interval := fs.Duration("interval", source.DefaultPollInterval, "poll interval when nothing changed")
+	overlap := fs.Duration("overlap", source.DefaultPollOverlap, "re-read window for commits that become visible late")
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
+		return exitUsage
+	}
+	if *mode != "poll" {
+		fmt.Fprintf(stderr, "writer tail: --mode %s is not available yet; use --mode poll\n", *mode)
+		return exitUsage
+	}
+	p, err := openPG(ctx, &f, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "writer tail: %v\n", err)
+		return exitInvalid
+	}
+	defer p.close()
+	p.meter = progress.New("tail "+source.Redact(f.from), 0, log)
+	defer p.meter.Done()
+	if !p.state.SnapshotDone {
+		log.Info("no completed snapshot of this source: taking one first")
+		if _, err := p.snapshot(ctx); err != nil {
+			fmt.Fprintf(stderr, "writer tail: snapshot: %v\n", err)
+			return exitInvalid
+		}
+	}
+	log.Info("following changes by polling", "interval", interval.String(), "overlap", overlap.String(),
+		"why", "logical replication (pgoutput) is not implemented yet")
+	last := time.Now()
+	err = p.src.Poll(ctx, *p.state.Cursor, *interval, *overlap, func(model string, rec events.Record, cur source.Cursor) error {
+		if err := p.publish(ctx, model, rec); err != nil {
+			return err
+		}
+		c := cur.Clone()
+		p.state.Cursor = &c
+		if time.Since(last) > time.Second {
+			last = time.Now()
+			return p.save(ctx)
+		}
+		return nil
+	})
+	if serr := p.save(context.WithoutCancel(ctx)); serr != nil {
+		fmt.Fprintf(stderr, "writer tail: store position: %v\n", serr)
+		return exitInvalid
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "writer tail: %v\n", err)
+		return exitInvalid
+	}
+	fmt.Fprintf(stdout, "tail of %s stopped: %d events published\n", source.Redact(f.from), p.events)
+	return exitOK
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/specstarpg"
+	"github.com/specstar/replicator/stream"
+)
+
+func pgDSN() string {
+	if dsn := os.Getenv("PG_DSN"); dsn != "" {
+		return dsn
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+func payload(title string, n int) events.Value {
+	return events.Struct{Declared: 2, Fields: []events.StructField{{Name: "title", Value: title}, {Name: "n", Value: int64(n)}}}
+}
+
+// TestPostgresSnapshotAndTail: a Go writer writes a SpecStar Postgres
+// deployment; `writer snapshot` and then `writer tail` (stopped and
+// restarted once) publish it, `replicator run` mirrors it to disk, and
+// `replicator verify --source postgres://` reports equal each time.
+func TestPostgresSnapshotAndTail(t *testing.T) {
+	ctx := context.Background()
+	prefix := fmt.Sprintf("wt_%d_", time.Now().UnixNano()%1_000_000_000)
+	w, err := specstarpg.Open(ctx, pgDSN(), specstarpg.Options{TablePrefix: prefix})
+	if err != nil {
+		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", pgDSN(), err)
+	}
+	t.Cleanup(func() { w.DropAll(context.Background()); w.Close() })
+	for _, m := range []string{"issue", "user"} {
+		if err := w.CreateModel(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 20; i++ {
+		model := []string{"issue", "user"}[i%2]
+		rid := fmt.Sprintf("%s:%03d", model, i)
+		if _, err := w.Create(ctx, model, rid, payload(rid, 0), specstarpg.Write{}); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 0 {
+			if _, err := w.Update(ctx, model, rid, payload(rid, 1), specstarpg.Write{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// The stream, served from this test; the replicator is a real process.
+	bus, err := stream.Open(ctx, stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	repl := filepath.Join(t.TempDir(), "replicator")
+	if out, err := exec.Command("go", "build", "-o", repl, "../replicator").CombinedOutput(); err != nil {
+		t.Fatalf("build replicator: %v\n%s", err, out)
+	}
+	sep := "?"
+	if strings.Contains(pgDSN(), "?") {
+		sep = "&"
+	}
+	from := pgDSN() + sep + "table_prefix=" + prefix
+	dir := t.TempDir()
+	mirrorAndVerify := func(step string) {
+		t.Helper()
+		if out, err := exec.Command(repl, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", dir).CombinedOutput(); err != nil {
+			t.Fatalf("%s: replicator run: %v\n%s", step, err, out)
+		}
+		out, err := exec.Command(repl, "verify", "--source", from, "--sink", dir).CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte(": equal:")) {
+			t.Fatalf("%s: verify: %v\n%s", step, err, out)
+		}
+	}
+
+	if code, out, errs := runWriter(t, "snapshot", "--from", from, "--nats", bus.URL()); code != exitOK || !strings.Contains(out, "20 metas, 27 revisions") {
+		t.Fatalf("snapshot: exit %d\n%s%s", code, out, errs)
+	}
+	mirrorAndVerify("after the snapshot")
+	// A second snapshot is refused as done; nothing new is published.
+	if code, out, _ := runWriter(t, "snapshot", "--from", from, "--nats", bus.URL()); code != exitOK || !strings.Contains(out, "was completed") {
+		t.Fatalf("second snapshot: exit %d %s", code, out)
+	}
+
+	tail := func(changes func()) string {
+		t.Helper()
+		tctx, cancel := context.WithCancel(ctx)
+		done := make(chan string, 1)
+		go func() {
+			var out, errb bytes.Buffer
+			run(tctx, []string{"tail", "--from", from, "--nats", bus.URL(), "--interval", "100ms"}, &out, &errb)
+			done <- out.String() + errb.String()
+		}()
+		time.Sleep(500 * time.Millisecond)
+		changes()
+		time.Sleep(1500 * time.Millisecond)
+		cancel()
+		return <-done
+	}
+	out := tail(func() {
+		if _, err := w.Update(ctx, "issue", "issue:000", payload("tailed", 2), specstarpg.Write{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Create(ctx, "user", "user:new", payload("new", 0), specstarpg.Write{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if !strings.Contains(out, "events published") {
+		t.Fatalf("tail: %s", out)
+	}
+	mirrorAndVerify("after the first tail")
+
+	// Changes made while no tail runs are picked up by the next one, from
+	// the stored cursor.
+	if _, err := w.Update(ctx, "user", "user:001", payload("while stopped", 3), specstarpg.Write{}); err != nil {
+		t.Fatal(err)
+	}
+	tail(func() {
+		if _, err := w.Update(ctx, "issue", "issue:002", payload("second tail", 4), specstarpg.Write{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	mirrorAndVerify("after the restarted tail")
+}

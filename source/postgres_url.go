@@ -1,0 +1,84 @@
+package source
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/specstar/replicator/events"
+)
+
+// postgresURLKeys are the query parameters of a postgres:// source URL
+// that configure the source; all others go to the driver.
+var postgresURLKeys = map[string]bool{
+	"encoding": true, "meta_table": true, "table_prefix": true, "revisions": true, "models": true,
+}
+
+// ParsePostgresURL splits a source URL such as
+// postgres://user@host/db?sslmode=disable&table_prefix=p_&revisions=false
+// into the driver's DSN and the source options. revisions defaults to
+// true (a Postgres resource store); set revisions=false for a deployment
+// whose revisions live in S3 or on disk.
+func ParsePostgresURL(raw string) (dsn string, opts PostgresOptions, err error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", opts, fmt.Errorf("source %q: %w", Redact(raw), err)
+	}
+	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
+		return "", opts, fmt.Errorf("source %q: want a postgres:// URL", Redact(raw))
+	}
+	opts.Revisions = true
+	driver := url.Values{}
+	for k, vs := range u.Query() {
+		if !postgresURLKeys[k] {
+			driver[k] = vs
+			continue
+		}
+		v := vs[len(vs)-1]
+		switch k {
+		case "encoding":
+			e, err := events.ParseEncoding(v)
+			if err != nil {
+				return "", opts, fmt.Errorf("source %q: %w", Redact(raw), err)
+			}
+			opts.Encoding = events.Some(e)
+		case "meta_table":
+			opts.MetaTable = v
+		case "table_prefix":
+			opts.TablePrefix = v
+		case "revisions":
+			opts.Revisions = v != "false" && v != "0" && v != "no"
+		case "models":
+			for _, m := range strings.Split(v, ",") {
+				if m != "" {
+					opts.Models = append(opts.Models, m)
+				}
+			}
+		}
+	}
+	u.RawQuery = driver.Encode()
+	return u.String(), opts, nil
+}
+
+// Redact hides a URL's password, for logs.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+// PostgresID names a Postgres source stably (host, database, tables and
+// models, never the password), to key its stored position.
+func PostgresID(dsn string, opts PostgresOptions) string {
+	u, err := url.Parse(dsn)
+	host := dsn
+	if err == nil {
+		host = u.Host + u.Path
+	}
+	return fmt.Sprintf("postgres|%s|%s|%s|%s|%v", host, opts.TablePrefix, opts.MetaTable, strings.Join(opts.Models, ","), opts.Revisions)
+}
