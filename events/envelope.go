@@ -46,6 +46,7 @@ type BlobRefRecord struct {
 	Unknown     Unknown
 }
 
+// Tag implements Record.
 func (*BlobRefRecord) Tag() string { return TagBlobRef }
 
 var blobRefSchema = newSchema(TagBlobRef, TagBlobRef,
@@ -56,6 +57,7 @@ var blobRefSchema = newSchema(TagBlobRef, TagBlobRef,
 	strField("bucket", func(v *BlobRefRecord) *string { return &v.Bucket }),
 )
 
+// Encode implements Record.
 func (r *BlobRefRecord) Encode(enc Encoding) ([]byte, error) {
 	return blobRefSchema.encode(enc, r, &r.Unknown)
 }

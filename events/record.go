@@ -75,6 +75,8 @@ type UnknownRecord struct {
 	Raw       []byte
 }
 
+// The Tag methods implement Record: each returns its type's tag.
+
 func (*HeaderRecord) Tag() string     { return TagHeader }
 func (*ModelStartRecord) Tag() string { return TagModelStart }
 func (*MetaRecord) Tag() string       { return TagMeta }
@@ -104,6 +106,9 @@ var (
 		strField("model_name", func(v *ModelEndRecord) *string { return &v.ModelName }))
 	eofSchema = newSchema[EofRecord](TagEOF, TagEOF)
 )
+
+// The Encode methods implement Record: each writes its record as msgspec
+// does, tag first, unknown fields back where they stood.
 
 func (r *HeaderRecord) Encode(enc Encoding) ([]byte, error) {
 	return headerSchema.encode(enc, r, &r.Unknown)
