@@ -598,3 +598,18 @@ func TestPostgresAndDiskSinks(t *testing.T) {
 }
 
 func pgxConnect(ctx context.Context, dsn string) (*pgx.Conn, error) { return pgx.Connect(ctx, dsn) }
+
+// TestMissingObjectIsDeadLettered: a BlobRefRecord whose object is gone
+// from the object store can never be applied; it is dead-lettered rather
+// than retried forever.
+func TestMissingObjectIsDeadLettered(t *testing.T) {
+	bus := testBus(t)
+	if _, err := bus.Blobs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	publishRaw(t, bus, "issue", &events.BlobRefRecord{FileID: "64d2f845e7abbc3eaffacd9148e270be", Size: 70000, Bucket: bus.BlobBucket()}, nil)
+	out := drain(t, bus, t.TempDir())
+	if !strings.Contains(out, "1 dead-lettered") {
+		t.Fatalf("want the blob reference dead-lettered: %s", out)
+	}
+}

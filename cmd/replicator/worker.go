@@ -335,8 +335,13 @@ func (w *worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
 			return "", invalid("BlobRefRecord: %v", err)
 		}
 		r, err := w.bus.OpenBlob(ctx, ref.Bucket, ref.FileID)
+		if errors.Is(err, jetstream.ErrObjectNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) {
+			// The publisher puts the object before the event, so it was
+			// removed since: waiting will not bring it back.
+			return "", invalid("blob %s is not in object store %s", ref.FileID, ref.Bucket)
+		}
 		if err != nil {
-			return "", err // transient: the object may still be arriving
+			return "", err // transient
 		}
 		out, err = w.sink.ApplyBlob(ctx, ref.FileID, ref.Size, ref.ContentType, r)
 		r.Close()
