@@ -141,6 +141,9 @@ func (b *Bus) DLQSubject(sinkName string) string {
 	return b.cfg.SubjectPrefix + "_dlq." + events.SubjectToken(sinkName)
 }
 
+// DLQSubjects matches every sink's dead-letter subject.
+func (b *Bus) DLQSubjects() string { return b.cfg.SubjectPrefix + "_dlq.>" }
+
 // BlobBucket is the object store bucket that holds blobs too large for
 // one message.
 func (b *Bus) BlobBucket() string { return b.cfg.Stream + "_BLOBS" }
@@ -183,7 +186,7 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 	dcfg := jetstream.StreamConfig{
 		Name:        b.DLQStream(),
 		Description: "SpecStar events a sink could not apply, with the reason",
-		Subjects:    []string{b.cfg.SubjectPrefix + "_dlq.>"},
+		Subjects:    []string{b.DLQSubjects()},
 		Storage:     jetstream.FileStorage,
 		Replicas:    b.cfg.Replicas,
 		MaxBytes:    -1,

@@ -48,6 +48,9 @@ commands:
       Compare a sink with an archive or a live Postgres deployment (one
       snapshot of it): metas, revisions (info and payload) and blobs.
       Exit 0 only if equal.
+  status [--json]
+      Per sink: pending events, ack floor, oldest unacked event's age,
+      redeliveries and dead letters.
   dlq list [--sink NAME]
       Show dead-lettered events with their reasons.
   dlq replay [--sink NAME]
@@ -78,6 +81,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdMirror(ctx, rest, stdout, stderr, log)
 	case "verify":
 		return cmdVerify(ctx, rest, stdout, stderr, log)
+	case "status":
+		return cmdStatus(ctx, rest, stdout, stderr, log)
 	case "dlq":
 		if len(rest) > 0 && rest[0] == "list" {
 			return cmdDLQList(ctx, rest[1:], stdout, stderr, log)

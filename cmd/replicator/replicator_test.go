@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -611,5 +612,34 @@ func TestMissingObjectIsDeadLettered(t *testing.T) {
 	out := drain(t, bus, t.TempDir())
 	if !strings.Contains(out, "1 dead-lettered") {
 		t.Fatalf("want the blob reference dead-lettered: %s", out)
+	}
+}
+
+// TestStatus: after a drain, status shows the sink caught up with its
+// dead letters counted; with new events, it shows them pending.
+func TestStatus(t *testing.T) {
+	bus := testBus(t)
+	replay(t, bus, testfixtures.Path(t, "small.acbak"))
+	publishRaw(t, bus, "issue", &events.MetaRecord{Data: []byte{0xc1}}, nil)
+	drain(t, bus, t.TempDir()+"?name=statussink")
+	code, out, _ := runCmd(t, "status", "--nats", bus.URL(), "--json")
+	if code != exitOK {
+		t.Fatalf("status: exit %d", code)
+	}
+	var got struct {
+		Sinks []sinkStatus `json:"sinks"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Sinks) != 1 {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	s := got.Sinks[0]
+	if s.Name != "statussink" || s.Pending != 0 || s.AckPending != 0 || s.AckFloor != s.StreamLast || s.DeadLetters != 1 {
+		t.Fatalf("after a drain: %+v", s)
+	}
+	replay(t, bus, testfixtures.Path(t, "msgpack.acbak"))
+	_, out, _ = runCmd(t, "status", "--nats", bus.URL(), "--json")
+	json.Unmarshal([]byte(out), &got)
+	if s := got.Sinks[0]; s.Pending == 0 || s.OldestUnacked == "" {
+		t.Fatalf("with new events: %+v", s)
 	}
 }
