@@ -23,6 +23,9 @@ type metrics struct {
 	batch       *prometheus.HistogramVec // sink
 	lastSeq     *prometheus.GaugeVec     // sink
 	pending     *prometheus.GaugeVec     // sink
+	ackPending  *prometheus.GaugeVec     // sink
+	ackFloor    *prometheus.GaugeVec     // sink
+	redelivered *prometheus.GaugeVec     // sink
 
 	mu    sync.Mutex
 	ready map[string]bool // sink -> consuming
@@ -50,9 +53,18 @@ func newMetrics() *metrics {
 		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "specstar_sink_pending_messages", Help: "Messages in the stream the sink's consumer has not yet been delivered.",
 		}, []string{"sink"}),
+		ackPending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "specstar_sink_ack_pending_messages", Help: "Events delivered to the sink's consumer and not yet acked.",
+		}, []string{"sink"}),
+		ackFloor: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "specstar_sink_ack_floor_sequence", Help: "Stream sequence below which the sink has acked everything.",
+		}, []string{"sink"}),
+		redelivered: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "specstar_sink_redelivered_messages", Help: "Events the sink's consumer has redelivered and not yet had acked.",
+		}, []string{"sink"}),
 		ready: map[string]bool{},
 	}
-	m.reg.MustRegister(m.applied, m.deadLetters, m.retries, m.batch, m.lastSeq, m.pending,
+	m.reg.MustRegister(m.applied, m.deadLetters, m.retries, m.batch, m.lastSeq, m.pending, m.ackPending, m.ackFloor, m.redelivered,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -110,6 +110,7 @@ func (w *worker) run(ctx context.Context) error {
 	}
 	w.m.setReady(w.spec.name, true)
 	defer w.m.setReady(w.spec.name, false)
+	go w.watchConsumer(ctx, cons)
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -141,6 +142,26 @@ func (w *worker) run(ctx context.Context) error {
 		w.bytes += batchBytes(msgs)
 		if meter != nil {
 			meter.Update(w.applied, w.bytes)
+		}
+	}
+}
+
+// watchConsumer copies the consumer's figures into the metrics every few
+// seconds until ctx ends.
+func (w *worker) watchConsumer(ctx context.Context, cons jetstream.Consumer) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		if info, err := cons.Info(ctx); err == nil {
+			w.m.pending.WithLabelValues(w.spec.name).Set(float64(info.NumPending))
+			w.m.ackPending.WithLabelValues(w.spec.name).Set(float64(info.NumAckPending))
+			w.m.ackFloor.WithLabelValues(w.spec.name).Set(float64(info.AckFloor.Stream))
+			w.m.redelivered.WithLabelValues(w.spec.name).Set(float64(info.NumRedelivered))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }
