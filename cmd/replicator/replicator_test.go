@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/events"
@@ -641,5 +642,24 @@ func TestStatus(t *testing.T) {
 	json.Unmarshal([]byte(out), &got)
 	if s := got.Sinks[0]; s.Pending == 0 || s.OldestUnacked == "" {
 		t.Fatalf("with new events: %+v", s)
+	}
+}
+
+// TestGapIsRefused: when retention removed events a sink never applied,
+// the replicator refuses to go on silently and says what to do;
+// --accept-gap goes on.
+func TestGapIsRefused(t *testing.T) {
+	bus := testBus(t)
+	replay(t, bus, testfixtures.Path(t, "small.acbak"))
+	if err := bus.Stream.Purge(context.Background(), jetstream.WithPurgeSequence(5)); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	code, out, errs := runCmd(t, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", dir)
+	if code != exitFailed || !strings.Contains(errs, "were removed (retention) before this sink saw them") || !strings.Contains(errs, "--accept-gap") {
+		t.Fatalf("want a refusal naming the gap: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, errs := runCmd(t, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--accept-gap", "--sink", dir); code != exitOK {
+		t.Fatalf("--accept-gap: exit %d\n%s%s", code, out, errs)
 	}
 }

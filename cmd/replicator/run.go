@@ -22,6 +22,7 @@ func (c *workerConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.maxAckPending, "max-ack-pending", 4096, "unacknowledged events JetStream lets one sink hold")
 	fs.DurationVar(&c.ackWait, "ack-wait", time.Minute, "redeliver an event not acked within this time")
 	fs.IntVar(&c.parallel, "parallel", 16, "events of a batch applied at once")
+	fs.BoolVar(&c.acceptGap, "accept-gap", false, "go on when the stream no longer holds events a sink never applied (retention removed them)")
 }
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {

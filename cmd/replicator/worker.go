@@ -34,6 +34,7 @@ type workerConfig struct {
 	maxAckPending int           // JetStream flow control for the durable consumer
 	ackWait       time.Duration // redelivery after this long without an ack
 	untilDrained  bool          // stop once everything the stream held at start is applied
+	acceptGap     bool          // go on even if the stream no longer holds events this sink never saw
 	parallel      int           // events of a batch applied at once
 }
 
@@ -46,6 +47,7 @@ type worker struct {
 	log  *slog.Logger
 	m    *metrics
 
+	fresh   bool  // the durable consumer was created by this run
 	applied int64 // events acked
 	bytes   int64 // payload bytes acked
 	dead    int64
@@ -81,6 +83,9 @@ func (w *worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	} else {
 		cfg.FilterSubjects = f
 	}
+	if _, err := w.bus.Stream.Consumer(ctx, w.spec.name); errors.Is(err, jetstream.ErrConsumerNotFound) {
+		w.fresh = true // a new sink: it has seen nothing yet
+	}
 	c, err := w.bus.Stream.CreateOrUpdateConsumer(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", w.spec.name, err)
@@ -93,6 +98,9 @@ func (w *worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
 func (w *worker) run(ctx context.Context) error {
 	cons, err := w.consumer(ctx)
 	if err != nil {
+		return err
+	}
+	if err := w.checkGap(ctx, cons); err != nil {
 		return err
 	}
 	var target uint64
@@ -144,6 +152,41 @@ func (w *worker) run(ctx context.Context) error {
 			meter.Update(w.applied, w.bytes)
 		}
 	}
+}
+
+// checkGap refuses to go on when retention (max age or size) removed
+// events from the stream before this sink applied them: the consumer would
+// silently skip to what is left. It compares the stream's first sequence
+// with the consumer's ack floor; for a sink filtered to some models the
+// removed events may all be other models', so it is not checked there.
+func (w *worker) checkGap(ctx context.Context, cons jetstream.Consumer) error {
+	if len(w.spec.models) > 0 {
+		return nil
+	}
+	sinfo, err := w.bus.Stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("stream info: %w", err)
+	}
+	cinfo, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("consumer info: %w", err)
+	}
+	// A new consumer starts with its floor just below the stream's first
+	// event, but the sink has seen nothing: its floor is 0.
+	first, floor := sinfo.State.FirstSeq, cinfo.AckFloor.Stream
+	if w.fresh {
+		floor = 0
+	}
+	if sinfo.State.Msgs == 0 || first <= floor+1 {
+		return nil
+	}
+	msg := fmt.Sprintf("sink %s has applied the stream up to sequence %d, but the stream now starts at %d: events %d..%d were removed (retention) before this sink saw them",
+		w.spec.name, floor, first, floor+1, first-1)
+	if w.cfg.acceptGap {
+		w.log.Warn(msg + "; going on because of --accept-gap")
+		return nil
+	}
+	return fmt.Errorf("%s. Rebuild or repair the sink from its source (for an archive: writer replay it, or replicator mirror into a fresh directory; for Postgres: writer snapshot --restart), or run with --accept-gap to go on without them", msg)
 }
 
 // watchConsumer copies the consumer's figures into the metrics every few
