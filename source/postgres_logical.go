@@ -1,0 +1,782 @@
+package source
+
+// Logical replication: the live mode for servers with wal_level=logical.
+// A publication on the meta tables (and, with Revisions, the resource
+// tables) and a pgoutput slot deliver every committed change; for each
+// transaction the changed resources are read back with the existing
+// row-to-record helpers and handed to the caller, and the slot's
+// confirmed_flush_lsn advances only to LSNs the caller confirms.
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/specstar/replicator/events"
+)
+
+// Defaults of LogicalOptions.
+const (
+	DefaultLogicalSlot        = "specstar_replicator"  // why: one name both Setup and Stream agree on without configuration
+	DefaultLogicalPublication = "specstar_replicator"  // why: likewise for the publication
+	DefaultLogicalHeartbeat   = 10 * time.Second       // why: an idle stream must still report progress well inside wal_sender_timeout
+	logicalReceivePoll        = 200 * time.Millisecond // how often a confirmation by the caller is looked for while idle
+)
+
+// LogicalOptions name the slot and publication and the status interval;
+// they exist so several replicators (or a replicator and other consumers)
+// can share a database without sharing a slot.
+type LogicalOptions struct {
+	// Slot is the replication slot's name ("" = DefaultLogicalSlot):
+	// lower-case letters, digits and "_", as Postgres requires.
+	Slot string
+	// Publication is the publication's name ("" = DefaultLogicalPublication),
+	// same characters.
+	Publication string
+	// Heartbeat is the longest time between two standby status updates
+	// (0 = DefaultLogicalHeartbeat), sent even when idle so that the
+	// server neither times the stream out nor keeps WAL the caller has
+	// already confirmed.
+	Heartbeat time.Duration
+}
+
+func (o LogicalOptions) withDefaults() (LogicalOptions, error) {
+	if o.Slot == "" {
+		o.Slot = DefaultLogicalSlot
+	}
+	if o.Publication == "" {
+		o.Publication = DefaultLogicalPublication
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = DefaultLogicalHeartbeat
+	}
+	for _, n := range []struct{ what, v string }{{"slot", o.Slot}, {"publication", o.Publication}} {
+		if !logicalName.MatchString(n.v) {
+			return o, fmt.Errorf("source: logical %s name %q: use 1-63 lower-case ASCII letters, digits and '_'", n.what, n.v)
+		}
+	}
+	return o, nil
+}
+
+var logicalName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// LogicalStart is what SetupLogical found or created; it exists to carry
+// the slot's start position and, for a new slot, the exported snapshot
+// that SnapshotAt reads, which lives only until Close.
+type LogicalStart struct {
+	Slot string
+	// LSN is where StreamLogical starts: a new slot's consistent point, or
+	// an existing slot's confirmed_flush_lsn.
+	LSN pglogrepl.LSN
+	// Created is true when the slot was created by this call.
+	Created bool
+	// SnapshotName is the snapshot exported by the slot's creation (""
+	// when the slot already existed): SnapshotAt(SnapshotName) reads
+	// exactly the state the slot's stream starts after. Valid until Close.
+	SnapshotName string
+
+	conn *pgconn.PgConn // the replication connection holding the snapshot
+}
+
+// Close releases the exported snapshot (and its replication connection);
+// call it once SnapshotAt has started (the import survives Close) or is
+// not wanted.
+func (l *LogicalStart) Close() error {
+	if l == nil || l.conn == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := l.conn.Close(ctx)
+	l.conn = nil
+	return err
+}
+
+// logicalTables are the tables published: every model's meta table and,
+// with Revisions, resource_index and resource_data.
+func (s *PostgresSource) logicalTables(ctx context.Context) ([]string, error) {
+	models, err := s.models(ctx, s.pool)
+	if err != nil {
+		return nil, err
+	}
+	if len(models) == 0 {
+		return nil, errors.New("source: logical setup: no meta tables found to publish")
+	}
+	var tables []string
+	for _, m := range models {
+		t, err := s.metaTable(m)
+		if err != nil {
+			return nil, err
+		}
+		tables = append(tables, t)
+	}
+	if s.opts.Revisions {
+		tables = append(tables, s.indexTable, s.dataTable)
+	}
+	return tables, nil
+}
+
+// SetupLogical creates, if missing, the publication (on the meta tables of
+// the source's models, plus resource_index and resource_data with
+// Revisions; an existing publication gets the missing tables added;
+// inserts, updates and deletes only, no truncates) and then the pgoutput
+// slot. It exists so a deployment can be switched to logical replication
+// without losing a change: a new slot comes with an exported snapshot
+// (read it with SnapshotAt before calling Close) that holds exactly what
+// the slot's stream starts after. An existing slot is returned as it is,
+// with LSN its confirmed_flush_lsn and no snapshot: a caller without a
+// stored position then takes a plain Snapshot (newer than the slot's
+// position, so the stream re-emits some changes, which the sinks absorb).
+// Models created later are not in the publication until SetupLogical runs
+// again.
+func (s *PostgresSource) SetupLogical(ctx context.Context, dsn string, o LogicalOptions) (*LogicalStart, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	tables, err := s.logicalTables(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, o.Publication).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("source: logical setup: look up publication %s: %w", o.Publication, err)
+	}
+	if !exists {
+		quoted := make([]string, len(tables))
+		for i, t := range tables {
+			quoted[i] = ident(t)
+		}
+		_, err := s.pool.Exec(ctx, `CREATE PUBLICATION `+ident(o.Publication)+` FOR TABLE `+strings.Join(quoted, ", ")+
+			` WITH (publish = 'insert, update, delete')`)
+		if err != nil {
+			return nil, fmt.Errorf("source: logical setup: create publication %s: %w", o.Publication, err)
+		}
+	} else {
+		rows, err := s.pool.Query(ctx, `SELECT tablename::text FROM pg_publication_tables
+			WHERE pubname = $1 AND schemaname = current_schema()`, o.Publication)
+		if err != nil {
+			return nil, fmt.Errorf("source: logical setup: tables of publication %s: %w", o.Publication, err)
+		}
+		have, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("source: logical setup: tables of publication %s: %w", o.Publication, err)
+		}
+		for _, t := range tables {
+			if slices.Contains(have, t) {
+				continue
+			}
+			if _, err := s.pool.Exec(ctx, `ALTER PUBLICATION `+ident(o.Publication)+` ADD TABLE `+ident(t)); err != nil {
+				return nil, fmt.Errorf("source: logical setup: add %s to publication %s: %w", t, o.Publication, err)
+			}
+		}
+	}
+
+	var plugin string
+	var flushed *pglogrepl.LSN
+	err = s.pool.QueryRow(ctx, `SELECT plugin::text, confirmed_flush_lsn FROM pg_replication_slots
+		WHERE slot_name = $1`, o.Slot).Scan(&plugin, &flushed)
+	switch {
+	case err == nil:
+		if plugin != "pgoutput" || flushed == nil {
+			return nil, fmt.Errorf("source: logical setup: slot %s exists but is not a logical pgoutput slot (plugin %q)", o.Slot, plugin)
+		}
+		return &LogicalStart{Slot: o.Slot, LSN: *flushed}, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("source: logical setup: look up slot %s: %w", o.Slot, err)
+	}
+	conn, err := replicationConn(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, o.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	if err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("source: logical setup: create slot %s: %w", o.Slot, err)
+	}
+	lsn, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+	if err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("source: logical setup: slot %s consistent point %q: %w", o.Slot, res.ConsistentPoint, err)
+	}
+	return &LogicalStart{Slot: o.Slot, LSN: lsn, Created: true, SnapshotName: res.SnapshotName, conn: conn}, nil
+}
+
+// replicationConn opens a logical replication connection (replication=database).
+func replicationConn(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("source: postgres dsn: %w", err)
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("source: logical replication connect to %s@%s:%d/%s: %w", cfg.User, cfg.Host, cfg.Port, cfg.Database, err)
+	}
+	return conn, nil
+}
+
+// SnapshotAt is Snapshot reading the exported snapshot snapshotName
+// (LogicalStart.SnapshotName) instead of a fresh one; it exists so the
+// initial load and the logical stream meet exactly, without a gap or
+// overlap. It must be called while the LogicalStart is open. Records,
+// positions and stats are Snapshot's (SnapshotID is snapshotName). A
+// resumed snapshot (from not the start) cannot re-read the exported
+// snapshot once it is gone: resume with Snapshot instead (see
+// SetupLogical).
+func (s *PostgresSource) SnapshotAt(ctx context.Context, snapshotName string, from Position, emit func(model string, rec events.Record, pos Position) error) (SnapshotStats, error) {
+	var st SnapshotStats
+	if snapshotName == "" {
+		return st, errors.New("source: postgres snapshot: no exported snapshot name (the slot already existed?)")
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return st, fmt.Errorf("source: postgres snapshot: %w", err)
+	}
+	defer conn.Release()
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return st, fmt.Errorf("source: postgres snapshot: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	// SET TRANSACTION SNAPSHOT takes no parameters; the name is quoted as a literal.
+	if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT '`+strings.ReplaceAll(snapshotName, "'", "''")+`'`); err != nil {
+		return st, fmt.Errorf("source: postgres snapshot: import snapshot %q: %w", snapshotName, err)
+	}
+	st.SnapshotID = snapshotName
+	if err := tx.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&st.TxSnapshot); err != nil {
+		return st, fmt.Errorf("source: postgres snapshot: %w", err)
+	}
+	models, err := s.models(ctx, tx)
+	if err != nil {
+		return st, err
+	}
+	st.Models = models
+	pos := from
+	if pos.Cursor == nil {
+		c, err := s.snapshotCursor(ctx, tx, models)
+		if err != nil {
+			return st, err
+		}
+		pos.Cursor = &c
+	}
+	st.Cursor = *pos.Cursor
+	for _, model := range models {
+		if model < from.Model {
+			continue
+		}
+		after := ""
+		if model == from.Model {
+			after = from.ResourceID
+		} else {
+			pos.Model, pos.ResourceID = model, ""
+		}
+		if err := s.snapshotModel(ctx, tx, model, after, &pos, &st, emit); err != nil {
+			return st, err
+		}
+	}
+	st.End = pos
+	if err := tx.Commit(ctx); err != nil {
+		return st, fmt.Errorf("source: postgres snapshot: commit: %w", err)
+	}
+	return st, nil
+}
+
+// LogicalHandler receives what StreamLogical reads; it exists so the
+// caller (the JetStream publisher) decides when a position is durable.
+type LogicalHandler struct {
+	// Record receives, per changed resource of a committed transaction,
+	// its MetaRecord and (with Revisions) every RevisionRecord, lsn being
+	// the transaction's end LSN.
+	Record func(model string, rec events.Record, lsn pglogrepl.LSN) error
+	// Purge receives a meta row's DELETE (a permanent delete).
+	Purge func(model, resourceID string, lsn pglogrepl.LSN) error
+	// Commit (may be nil) follows the last Record/Purge of a transaction:
+	// once everything handed over up to it is durable the caller may
+	// confirm lsn and store it as its restart position. It is also called
+	// while idle with the server's WAL position, so that an idle slot's
+	// position moves too (only once everything before was confirmed).
+	Commit func(lsn pglogrepl.LSN) error
+	// Confirmed returns the greatest LSN whose records are durable (at
+	// first the startLSN); only it is reported to Postgres as flushed, so
+	// the slot never forgets a change that is not durable.
+	Confirmed func() pglogrepl.LSN
+}
+
+// StreamLogical follows the slot from startLSN (a stored confirmed
+// position, or LogicalStart.LSN) until ctx ends (returning ctx.Err()) or
+// a handler fails; it exists as the primary live mode, which sees every
+// committed change including deletes. For each committed transaction,
+// every meta row it inserted or updated gives a MetaRecord of the data the
+// transaction wrote (taken from the WAL; read back from the table only if
+// the WAL carries no value, e.g. unchanged TOAST), followed, with
+// Revisions, by the resource's revisions read with a plain REPEATABLE READ
+// query after the commit, i.e. all revisions existing then (a superset of
+// those at the commit; none if the resource was deleted since). Resources
+// whose resource_index / resource_data rows changed without their meta
+// are read back whole. Each meta row deleted gives a Purge. Standby status updates report
+// h.Confirmed() (never less than startLSN) at least every Heartbeat and
+// soon after it changes. The replication connection is blocked while a
+// transaction's records are read and handed over.
+func (s *PostgresSource) StreamLogical(ctx context.Context, dsn string, o LogicalOptions, startLSN pglogrepl.LSN, h LogicalHandler) error {
+	o, err := o.withDefaults()
+	if err != nil {
+		return err
+	}
+	if h.Record == nil || h.Purge == nil || h.Confirmed == nil {
+		return errors.New("source: logical stream: Record, Purge and Confirmed handlers are required")
+	}
+	conn, err := replicationConn(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		conn.Close(cctx)
+	}()
+	err = pglogrepl.StartReplication(ctx, conn, o.Slot, startLSN, pglogrepl.StartReplicationOptions{
+		Mode:       pglogrepl.LogicalReplication,
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + o.Publication + "'"},
+	})
+	if err != nil {
+		return fmt.Errorf("source: logical stream: start replication on slot %s at %s: %w", o.Slot, startLSN, err)
+	}
+	st := &logicalStream{s: s, h: h, rels: map[uint32]*logicalRel{}, last: startLSN}
+	confirmed := func() pglogrepl.LSN { return max(h.Confirmed(), startLSN) }
+	var sent pglogrepl.LSN
+	lastSent := time.Time{}
+	status := func(reply bool) error {
+		c := confirmed()
+		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
+			WALWritePosition: c, WALFlushPosition: c, WALApplyPosition: c, ReplyRequested: reply})
+		if err != nil {
+			return fmt.Errorf("source: logical stream: standby status: %w", err)
+		}
+		sent, lastSent = c, time.Now()
+		return nil
+	}
+	if err := status(false); err != nil {
+		return err
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if time.Since(lastSent) >= o.Heartbeat {
+			// When idle, ask for a keepalive: its WAL position lets the
+			// slot advance past WAL that holds nothing of ours.
+			if err := status(!st.inTx && confirmed() >= st.last); err != nil {
+				return err
+			}
+		} else if confirmed() != sent {
+			if err := status(false); err != nil {
+				return err
+			}
+		}
+		wait := min(time.Until(lastSent.Add(o.Heartbeat)), logicalReceivePoll)
+		rctx, cancel := context.WithTimeout(ctx, max(wait, time.Millisecond))
+		raw, err := conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("source: logical stream: receive: %w", err)
+		}
+		switch msg := raw.(type) {
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("source: logical stream: %w", pgconn.ErrorResponseToPgError(msg))
+		case *pgproto3.CopyData:
+			if len(msg.Data) == 0 {
+				continue
+			}
+			switch msg.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(msg.Data[1:])
+				if err != nil {
+					return fmt.Errorf("source: logical stream: keepalive: %w", err)
+				}
+				if !st.inTx && ka.ServerWALEnd > st.last && confirmed() >= st.last && h.Commit != nil {
+					// Everything before the server's position was sent and
+					// everything sent is confirmed: offer the position.
+					st.last = ka.ServerWALEnd
+					if err := h.Commit(st.last); err != nil {
+						return err
+					}
+				}
+				if ka.ReplyRequested {
+					if err := status(false); err != nil {
+						return err
+					}
+				}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
+				if err != nil {
+					return fmt.Errorf("source: logical stream: xlog data: %w", err)
+				}
+				if err := st.handle(ctx, xld.WALData); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+type relKind int
+
+const (
+	relOther relKind = iota
+	relMeta
+	relIndex
+	relData
+)
+
+type logicalRel struct {
+	kind    relKind
+	model   string
+	col     int // resource_id (meta, index) or uid (data) column
+	dataCol int // a meta table's data column (-1: none)
+	name    string
+}
+
+// change is the last change of a meta row in a transaction.
+type change struct {
+	upsert bool
+	data   []byte // the meta row's data as of the transaction (nil: read it back)
+}
+
+type changeKey struct{ model, rid string }
+
+// logicalStream is the decoding state of one StreamLogical.
+type logicalStream struct {
+	s    *PostgresSource
+	h    LogicalHandler
+	rels map[uint32]*logicalRel
+	last pglogrepl.LSN // the end of the last transaction (or position) handed to Commit
+
+	inTx   bool
+	order  []changeKey
+	op     map[changeKey]change
+	idxRID []string // resource ids of resource_index rows written
+	uids   []string // uids of resource_data rows written
+}
+
+func (st *logicalStream) relation(m *pglogrepl.RelationMessage) {
+	r := &logicalRel{kind: relOther, col: -1, dataCol: -1, name: m.RelationName}
+	col := "resource_id"
+	switch {
+	case st.s.opts.Revisions && m.RelationName == st.s.indexTable:
+		r.kind = relIndex
+	case st.s.opts.Revisions && m.RelationName == st.s.dataTable:
+		r.kind, col = relData, "uid"
+	default:
+		if model, ok := st.s.modelOfTable(m.RelationName); ok {
+			r.kind, r.model = relMeta, model
+		}
+	}
+	for i, c := range m.Columns {
+		if c.Name == col {
+			r.col = i
+		}
+		if c.Name == "data" {
+			r.dataCol = i
+		}
+	}
+	if r.col < 0 {
+		r.kind = relOther
+	}
+	st.rels[m.RelationID] = r
+}
+
+// modelOfTable is the model whose meta table is name, if any.
+func (s *PostgresSource) modelOfTable(name string) (string, bool) {
+	before, after, ok := strings.Cut(s.tmpl, "{model}")
+	if !ok {
+		for _, m := range s.opts.Models {
+			if t, err := s.metaTable(m); err == nil && t == name {
+				return m, true
+			}
+		}
+		return "", false
+	}
+	head := s.opts.TablePrefix + before
+	if !strings.HasPrefix(name, head) || !strings.HasSuffix(name, after) || len(name) <= len(head)+len(after) {
+		return "", false
+	}
+	model := name[len(head) : len(name)-len(after)]
+	if !validModel(model) || len(s.opts.Models) > 0 && !slices.Contains(s.opts.Models, model) {
+		return "", false
+	}
+	return model, true
+}
+
+func (st *logicalStream) set(k changeKey, c change) {
+	if _, ok := st.op[k]; !ok {
+		st.order = append(st.order, k)
+	}
+	st.op[k] = c
+}
+
+// tupleBytea decodes a bytea column in pgoutput's text format (hex
+// output); nil when absent, unchanged TOAST or not hex.
+func tupleBytea(t *pglogrepl.TupleData, col int) []byte {
+	v, ok := tupleText(t, col)
+	if !ok || !strings.HasPrefix(v, `\x`) {
+		return nil
+	}
+	b, err := hex.DecodeString(v[2:])
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+func tupleText(t *pglogrepl.TupleData, col int) (string, bool) {
+	if t == nil || col >= len(t.Columns) || t.Columns[col].DataType != pglogrepl.TupleDataTypeText {
+		return "", false
+	}
+	return string(t.Columns[col].Data), true
+}
+
+func (st *logicalStream) row(relID uint32, tuple *pglogrepl.TupleData, upsert bool) error {
+	r := st.rels[relID]
+	if r == nil {
+		return fmt.Errorf("source: logical stream: change of relation %d before its description", relID)
+	}
+	v, ok := tupleText(tuple, r.col)
+	switch {
+	case r.kind == relOther:
+		return nil
+	case !ok:
+		return fmt.Errorf("source: logical stream: %s change without a key value", r.name)
+	case r.kind == relMeta:
+		c := change{upsert: upsert}
+		if upsert && r.dataCol >= 0 {
+			c.data = tupleBytea(tuple, r.dataCol)
+		}
+		st.set(changeKey{r.model, v}, c)
+	case !upsert: // revisions deleted: nothing to emit
+	case r.kind == relIndex:
+		st.idxRID = append(st.idxRID, v)
+	case r.kind == relData:
+		st.uids = append(st.uids, v)
+	}
+	return nil
+}
+
+func (st *logicalStream) handle(ctx context.Context, data []byte) error {
+	m, err := pglogrepl.Parse(data)
+	if err != nil {
+		return fmt.Errorf("source: logical stream: decode pgoutput message: %w", err)
+	}
+	switch m := m.(type) {
+	case *pglogrepl.RelationMessage:
+		st.relation(m)
+	case *pglogrepl.BeginMessage:
+		st.inTx, st.order, st.op, st.idxRID, st.uids = true, nil, map[changeKey]change{}, nil, nil
+	case *pglogrepl.InsertMessage:
+		return st.row(m.RelationID, m.Tuple, true)
+	case *pglogrepl.UpdateMessage:
+		if r := st.rels[m.RelationID]; r != nil && r.kind == relMeta && m.OldTuple != nil {
+			// The key changed: the old resource id is gone.
+			if old, ok := tupleText(m.OldTuple, r.col); ok {
+				if nw, _ := tupleText(m.NewTuple, r.col); nw != old {
+					st.set(changeKey{r.model, old}, change{})
+				}
+			}
+		}
+		return st.row(m.RelationID, m.NewTuple, true)
+	case *pglogrepl.DeleteMessage:
+		return st.row(m.RelationID, m.OldTuple, false)
+	case *pglogrepl.CommitMessage:
+		st.inTx = false
+		lsn := m.TransactionEndLSN
+		if lsn <= st.last {
+			return nil // already confirmed before a restart
+		}
+		if err := st.emitTx(ctx, lsn); err != nil {
+			return err
+		}
+		st.last = lsn
+		if st.h.Commit != nil {
+			return st.h.Commit(lsn)
+		}
+	}
+	return nil
+}
+
+// emitTx emits the resources one transaction changed.
+func (st *logicalStream) emitTx(ctx context.Context, lsn pglogrepl.LSN) error {
+	s := st.s
+	if len(st.order) == 0 && len(st.idxRID) == 0 && len(st.uids) == 0 {
+		return nil
+	}
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return fmt.Errorf("source: logical stream: begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	// Revisions written without their meta: find their resources' models.
+	rids := st.idxRID
+	if len(st.uids) > 0 {
+		rows, err := tx.Query(ctx, `SELECT DISTINCT resource_id FROM `+ident(s.indexTable)+` WHERE uid = ANY($1)`, st.uids)
+		if err != nil {
+			return fmt.Errorf("source: logical stream: resources of changed revisions: %w", err)
+		}
+		more, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("source: logical stream: resources of changed revisions: %w", err)
+		}
+		rids = append(rids, more...)
+	}
+	covered := map[string]bool{}
+	for _, k := range st.order {
+		covered[k.rid] = true
+	}
+	var orphans []string
+	for _, rid := range rids {
+		if !covered[rid] {
+			covered[rid] = true
+			orphans = append(orphans, rid)
+		}
+	}
+	if len(orphans) > 0 {
+		models, err := s.models(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for _, model := range models {
+			table, err := s.metaTable(model)
+			if err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, `SELECT resource_id FROM `+ident(table)+` WHERE resource_id = ANY($1)`, orphans)
+			if err != nil {
+				return fmt.Errorf("source: logical stream: %s: %w", table, err)
+			}
+			found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return fmt.Errorf("source: logical stream: %s: %w", table, err)
+			}
+			for _, rid := range found {
+				st.set(changeKey{model, rid}, change{upsert: true})
+			}
+		}
+	}
+	// Upserts, grouped by model: the meta as the transaction wrote it
+	// (read back when the change did not carry it), revisions read in
+	// one snapshot.
+	byModel := map[string][]metaRow{}
+	readBack := map[string][]string{}
+	var models []string
+	for _, k := range st.order {
+		c := st.op[k]
+		if !c.upsert {
+			continue
+		}
+		if byModel[k.model] == nil && readBack[k.model] == nil {
+			models = append(models, k.model)
+		}
+		if c.data != nil {
+			byModel[k.model] = append(byModel[k.model], metaRow{rid: k.rid, data: c.data})
+		} else {
+			readBack[k.model] = append(readBack[k.model], k.rid)
+		}
+	}
+	for _, model := range models {
+		table, err := s.metaTable(model)
+		if err != nil {
+			return err
+		}
+		page := byModel[model]
+		if len(readBack[model]) > 0 {
+			rows, err := tx.Query(ctx, `SELECT resource_id, data, updated_time, '' FROM `+ident(table)+
+				` WHERE resource_id = ANY($1) ORDER BY resource_id`, readBack[model])
+			if err != nil {
+				return fmt.Errorf("source: logical stream: read %s: %w", table, err)
+			}
+			more, err := collectMetas(rows)
+			if err != nil {
+				return fmt.Errorf("source: logical stream: read %s: %w", table, err)
+			}
+			page = append(page, more...)
+		}
+		err = s.emitResources(ctx, tx, model, table, page, func(rec events.Record, _ *metaRow, _ bool) error {
+			return st.h.Record(model, rec, lsn)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	for _, k := range st.order {
+		if st.op[k].upsert {
+			continue
+		}
+		if err := st.h.Purge(k.model, k.rid, lsn); err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+// DropLogical drops the slot and the publication if they exist; it exists
+// for slot hygiene: an abandoned slot keeps WAL forever. It fails while a
+// stream is using the slot.
+func DropLogical(ctx context.Context, dsn string, o LogicalOptions) error {
+	o, err := o.withDefaults()
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("source: logical drop: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, o.Slot); err != nil {
+		return fmt.Errorf("source: logical drop: slot %s: %w", o.Slot, err)
+	}
+	if _, err := conn.Exec(ctx, `DROP PUBLICATION IF EXISTS `+ident(o.Publication)); err != nil {
+		return fmt.Errorf("source: logical drop: publication %s: %w", o.Publication, err)
+	}
+	return nil
+}
+
+// SlotLag is the WAL the slot retains beyond what was confirmed, in bytes
+// (pg_current_wal_lsn() - confirmed_flush_lsn); it exists for a metric
+// and an alert on a stalled replicator.
+func SlotLag(ctx context.Context, dsn string, o LogicalOptions) (int64, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return 0, err
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return 0, fmt.Errorf("source: slot lag: connect: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var lag int64
+	err = conn.QueryRow(ctx, `SELECT greatest(pg_current_wal_lsn() - confirmed_flush_lsn, 0)::bigint
+		FROM pg_replication_slots WHERE slot_name = $1`, o.Slot).Scan(&lag)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("source: slot lag: no slot %s", o.Slot)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("source: slot lag: %w", err)
+	}
+	return lag, nil
+}
