@@ -5,13 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -20,86 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/internal/specstarpg"
 )
-
-// startLogicalCluster starts a throwaway Postgres cluster with
-// wal_level=logical (the shared server at PG_DSN runs wal_level=replica)
-// and returns its DSN (database "postgres", user "postgres", trust auth,
-// 127.0.0.1 on a free port). It uses the newest
-// /usr/lib/postgresql/*/bin/initdb and pg_ctl, run as the "postgres" OS
-// user when the test runs as root (initdb refuses root). The cluster is
-// stopped (pg_ctl stop -m immediate) and its directory removed when the
-// test ends. It fails the test, never skips, when the cluster cannot be
-// started. Other packages that need logical replication want a copy of
-// it (it lives here until there is a shared test-helper package).
-func startLogicalCluster(t *testing.T) string {
-	t.Helper()
-	initdbs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
-	if len(initdbs) == 0 {
-		t.Fatal("logical replication tests need a local PostgreSQL installation: no /usr/lib/postgresql/*/bin/initdb")
-	}
-	slices.SortFunc(initdbs, func(a, b string) int { return versionOf(a) - versionOf(b) })
-	bin := filepath.Dir(initdbs[len(initdbs)-1])
-	dir, err := os.MkdirTemp("", "specstar-pglogical-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var asUser []string
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			os.RemoveAll(dir)
-			t.Fatalf("logical replication tests run as root need the OS user postgres to run initdb: %v", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			os.RemoveAll(dir)
-			t.Fatal(err)
-		}
-		asUser = []string{"runuser", "-u", "postgres", "--"}
-	}
-	run := func(args ...string) error {
-		args = append(slices.Clone(asUser), args...)
-		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("%v: %v\n%s", args, err, out)
-		}
-		return nil
-	}
-	data := filepath.Join(dir, "data")
-	if err := run(filepath.Join(bin, "initdb"), "-D", data, "--auth=trust", "-U", "postgres", "--no-sync", "-E", "UTF8", "--no-locale"); err != nil {
-		os.RemoveAll(dir)
-		t.Fatalf("cannot create a wal_level=logical test cluster: %v", err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		os.RemoveAll(dir)
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	opts := fmt.Sprintf("-c wal_level=logical -c max_replication_slots=4 -c max_wal_senders=4 -c port=%d "+
-		"-c listen_addresses=127.0.0.1 -c unix_socket_directories=%s -c fsync=off", port, dir)
-	if err := run(filepath.Join(bin, "pg_ctl"), "-D", data, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "log"))
-		os.RemoveAll(dir)
-		t.Fatalf("cannot start the wal_level=logical test cluster: %v\n%s", err, log)
-	}
-	t.Cleanup(func() {
-		if err := run(filepath.Join(bin, "pg_ctl"), "-D", data, "-m", "immediate", "stop"); err != nil {
-			t.Errorf("stop the test cluster: %v", err)
-		}
-		os.RemoveAll(dir)
-	})
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-}
-
-func versionOf(initdb string) int {
-	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(initdb))))
-	return n
-}
 
 // logicalEnv is a cluster with a writer and a source on one prefix.
 type logicalEnv struct {
@@ -112,7 +29,7 @@ type logicalEnv struct {
 func newLogicalEnv(t *testing.T) *logicalEnv {
 	t.Helper()
 	ctx := context.Background()
-	dsn := startLogicalCluster(t)
+	dsn := pgtest.LogicalCluster(t)
 	prefix := randomPrefix()
 	w, err := specstarpg.Open(ctx, dsn, specstarpg.Options{TablePrefix: prefix})
 	if err != nil {

@@ -53,10 +53,13 @@ commands:
       Publish the current state of a SpecStar Postgres deployment (metas,
       and revisions from its resource tables) from one consistent
       snapshot; an interrupted snapshot resumes where it stopped.
-  tail --from postgres://... [--interval D] [--overlap D] [--nats URL]
-      Take a snapshot if none was completed, then publish changes as they
-      happen (keyset polling), until interrupted. Positions are stored in
-      the stream's positions bucket.
+  tail --from postgres://... [--mode auto|logical|poll] [--nats URL]
+      Publish a snapshot if none was completed, then every change as it
+      happens until interrupted: by logical replication (a slot and a
+      publication, created if missing) where wal_level=logical and the
+      user may replicate, else by keyset polling. Positions are stored in
+      the stream's positions bucket. --drop-slot removes the slot and
+      the publication.
 `
 
 func main() {

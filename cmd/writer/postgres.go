@@ -9,8 +9,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/zeebo/xxh3"
 
@@ -27,6 +30,7 @@ type pgState struct {
 	Cursor       *source.Cursor  `json:"cursor,omitempty"`      // where the tail continues
 	Updated      time.Time       `json:"updated,omitzero"`      // when this was saved
 	TxSnapshot   string          `json:"tx_snapshot,omitempty"` // the snapshot's pg_current_snapshot()
+	LSN          string          `json:"lsn,omitempty"`         // logical mode: everything up to here is on the stream
 }
 
 // pgPublisher couples a Postgres source with the stream and the stored
@@ -205,15 +209,22 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	fs := flag.NewFlagSet("tail", flag.ContinueOnError)
 	var f pgFlags
 	f.register(fs)
-	mode := fs.String("mode", "poll", "how to follow changes: poll (keyset polling on updated_time; logical replication is not available yet)")
-	interval := fs.Duration("interval", source.DefaultPollInterval, "poll interval when nothing changed")
-	overlap := fs.Duration("overlap", source.DefaultPollOverlap, "re-read window for commits that become visible late")
+	mode := fs.String("mode", "auto", "how to follow changes: logical (replication slot, pgoutput), poll (keyset polling on updated_time), or auto (logical where the server allows it, else poll)")
+	interval := fs.Duration("interval", source.DefaultPollInterval, "poll mode: poll interval when nothing changed")
+	overlap := fs.Duration("overlap", source.DefaultPollOverlap, "poll mode: re-read window for commits that become visible late")
+	var lo source.LogicalOptions
+	fs.StringVar(&lo.Slot, "slot", source.DefaultLogicalSlot, "logical mode: replication slot name")
+	fs.StringVar(&lo.Publication, "publication", source.DefaultLogicalPublication, "logical mode: publication name")
+	fs.DurationVar(&lo.Heartbeat, "heartbeat", source.DefaultLogicalHeartbeat, "logical mode: status update interval, so an idle slot does not pin WAL")
+	dropSlot := fs.Bool("drop-slot", false, "drop the replication slot and publication (and forget the logical position), then exit")
 	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		return exitUsage
 	}
-	if *mode != "poll" {
-		fmt.Fprintf(stderr, "writer tail: --mode %s is not available yet; use --mode poll\n", *mode)
+	switch *mode {
+	case "auto", "logical", "poll":
+	default:
+		fmt.Fprintf(stderr, "writer tail: --mode %q (want auto, logical or poll)\n", *mode)
 		return exitUsage
 	}
 	p, err := openPG(ctx, &f, log)
@@ -222,19 +233,80 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 		return exitInvalid
 	}
 	defer p.close()
-	p.meter = progress.New("tail "+source.Redact(f.from), 0, log)
-	defer p.meter.Done()
-	if !p.state.SnapshotDone {
-		log.Info("no completed snapshot of this source: taking one first")
-		if _, err := p.snapshot(ctx); err != nil {
-			fmt.Fprintf(stderr, "writer tail: snapshot: %v\n", err)
+	dsn, _, _ := source.ParsePostgresURL(f.from)
+	if *dropSlot {
+		if err := source.DropLogical(ctx, dsn, lo); err != nil {
+			fmt.Fprintf(stderr, "writer tail: %v\n", err)
 			return exitInvalid
 		}
+		p.state.LSN = ""
+		if err := p.save(ctx); err != nil {
+			fmt.Fprintf(stderr, "writer tail: %v\n", err)
+			return exitInvalid
+		}
+		fmt.Fprintf(stdout, "dropped slot %s and publication %s\n", lo.Slot, lo.Publication)
+		return exitOK
 	}
-	log.Info("following changes by polling", "interval", interval.String(), "overlap", overlap.String(),
-		"why", "logical replication (pgoutput) is not implemented yet")
+	if *mode == "auto" {
+		why, ok := logicalAvailable(ctx, dsn)
+		if ok {
+			*mode = "logical"
+		} else {
+			*mode = "poll"
+			log.Info("following changes by polling instead of logical replication", "why", why)
+		}
+	}
+	p.meter = progress.New("tail "+source.Redact(f.from), 0, log)
+	defer p.meter.Done()
+	if *mode == "logical" {
+		err = p.tailLogical(ctx, dsn, lo)
+	} else {
+		err = p.tailPoll(ctx, *interval, *overlap)
+	}
+	if serr := p.save(context.WithoutCancel(ctx)); serr != nil {
+		fmt.Fprintf(stderr, "writer tail: store position: %v\n", serr)
+		return exitInvalid
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "writer tail: %v\n", err)
+		return exitInvalid
+	}
+	fmt.Fprintf(stdout, "tail of %s (%s) stopped: %d events published\n", source.Redact(f.from), *mode, p.events)
+	return exitOK
+}
+
+// logicalAvailable says whether the server can stream logical changes to
+// this user, and if not, why.
+func logicalAvailable(ctx context.Context, dsn string) (string, bool) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Sprintf("cannot check the server: %v", err), false
+	}
+	defer conn.Close(ctx)
+	var level string
+	var allowed bool
+	if err := conn.QueryRow(ctx, "SELECT current_setting('wal_level'), (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user)").Scan(&level, &allowed); err != nil {
+		return fmt.Sprintf("cannot check the server: %v", err), false
+	}
+	if level != "logical" {
+		return fmt.Sprintf("the server runs wal_level=%s, and logical replication needs wal_level=logical", level), false
+	}
+	if !allowed {
+		return "the user has no REPLICATION attribute", false
+	}
+	return "", true
+}
+
+func (p *pgPublisher) tailPoll(ctx context.Context, interval, overlap time.Duration) error {
+	if !p.state.SnapshotDone {
+		p.log.Info("no completed snapshot of this source: taking one first")
+		if _, err := p.snapshot(ctx); err != nil {
+			return fmt.Errorf("snapshot: %w", err)
+		}
+	}
+	p.log.Info("following changes by polling", "interval", interval.String(), "overlap", overlap.String())
 	last := time.Now()
-	err = p.src.Poll(ctx, *p.state.Cursor, *interval, *overlap, func(model string, rec events.Record, cur source.Cursor) error {
+	return p.src.Poll(ctx, *p.state.Cursor, interval, overlap, func(model string, rec events.Record, cur source.Cursor) error {
 		if err := p.publish(ctx, model, rec); err != nil {
 			return err
 		}
@@ -246,14 +318,84 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 		}
 		return nil
 	})
-	if serr := p.save(context.WithoutCancel(ctx)); serr != nil {
-		fmt.Fprintf(stderr, "writer tail: store position: %v\n", serr)
-		return exitInvalid
+}
+
+// tailLogical follows the replication slot. The snapshot, when one is
+// needed, is read at the slot's exported snapshot, so nothing between the
+// two is missed; an LSN is confirmed to Postgres only once every event up
+// to it is acknowledged by JetStream, and stored for the next run.
+func (p *pgPublisher) tailLogical(ctx context.Context, dsn string, o source.LogicalOptions) error {
+	start, err := p.src.SetupLogical(ctx, dsn, o)
+	if err != nil {
+		return err
 	}
-	if err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintf(stderr, "writer tail: %v\n", err)
-		return exitInvalid
+	startLSN := start.LSN
+	switch {
+	case start.Created:
+		// A new slot: the stream starts after its snapshot, which must be
+		// published whole (a snapshot taken before the slot existed could
+		// miss what changed in between).
+		p.log.Info("created replication slot; publishing the snapshot it exported", "slot", start.Slot, "lsn", start.LSN.String())
+		p.state = pgState{}
+		st, err := p.src.SnapshotAt(ctx, start.SnapshotName, source.Position{}, func(model string, rec events.Record, pos source.Position) error {
+			return p.publish(ctx, model, rec)
+		})
+		start.Close()
+		if err != nil {
+			return fmt.Errorf("snapshot at the slot's start: %w", err)
+		}
+		cur := st.Cursor.Clone()
+		p.state = pgState{Snapshot: st.End, SnapshotDone: true, Cursor: &cur, TxSnapshot: st.TxSnapshot, LSN: start.LSN.String()}
+		if err := p.save(ctx); err != nil {
+			return err
+		}
+	default:
+		start.Close()
+		if !p.state.SnapshotDone {
+			// The slot exists but no snapshot was completed: read one now
+			// and replay the slot from its position (the overlap is re-sent
+			// and the sinks make it a no-op).
+			p.log.Info("replication slot exists but no snapshot was completed: taking one", "slot", start.Slot)
+			if _, err := p.snapshot(ctx); err != nil {
+				return fmt.Errorf("snapshot: %w", err)
+			}
+		}
+		if stored, err := pglogrepl.ParseLSN(p.state.LSN); err == nil && stored > startLSN {
+			startLSN = stored
+		}
 	}
-	fmt.Fprintf(stdout, "tail of %s stopped: %d events published\n", source.Redact(f.from), p.events)
-	return exitOK
+	var confirmed atomic.Uint64
+	confirmed.Store(uint64(startLSN))
+	lastSave, lastLag := time.Now(), time.Time{}
+	p.log.Info("following changes by logical replication", "slot", o.Slot, "from_lsn", startLSN.String())
+	return p.src.StreamLogical(ctx, dsn, o, startLSN, source.LogicalHandler{
+		Record: func(model string, rec events.Record, _ pglogrepl.LSN) error {
+			return p.publish(ctx, model, rec)
+		},
+		Purge: func(model, resourceID string, _ pglogrepl.LSN) error {
+			p.log.Warn("a resource was permanently deleted; deletes are not propagated to sinks yet", "model", model, "resource_id", resourceID)
+			return nil
+		},
+		Commit: func(lsn pglogrepl.LSN) error {
+			if err := p.pub.Flush(ctx); err != nil {
+				return err
+			}
+			confirmed.Store(uint64(lsn))
+			p.state.LSN = lsn.String()
+			if time.Since(lastSave) > time.Second {
+				lastSave = time.Now()
+				if err := p.save(ctx); err != nil {
+					return err
+				}
+			}
+			if time.Since(lastLag) > time.Minute {
+				lastLag = time.Now()
+				if lag, err := source.SlotLag(ctx, dsn, o); err == nil {
+					p.log.Info("replication slot", "slot", o.Slot, "retained_wal_bytes", lag, "confirmed_lsn", lsn.String())
+				}
+			}
+			return nil
+		},
+		Confirmed: func() pglogrepl.LSN { return pglogrepl.LSN(confirmed.Load()) },
+	})
 }

@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/internal/specstarpg"
 	"github.com/specstar/replicator/stream"
 )
@@ -30,15 +33,41 @@ func payload(title string, n int) events.Value {
 }
 
 // TestPostgresSnapshotAndTail: a Go writer writes a SpecStar Postgres
-// deployment; `writer snapshot` and then `writer tail` (stopped and
+// deployment on the shared server (wal_level=replica); `writer snapshot`
+// and then `writer tail` (which must fall back to polling, stopped and
 // restarted once) publish it, `replicator run` mirrors it to disk, and
 // `replicator verify --source postgres://` reports equal each time.
 func TestPostgresSnapshotAndTail(t *testing.T) {
+	tailScenario(t, pgDSN(), "poll")
+}
+
+// TestPostgresLogicalTail: the same on a wal_level=logical cluster, where
+// `writer tail` creates a slot, publishes the snapshot the slot exported
+// and streams changes, confirming them to Postgres as they are acked.
+func TestPostgresLogicalTail(t *testing.T) {
+	dsn := pgtest.LogicalCluster(t)
+	tailScenario(t, dsn, "logical")
+	var slots int
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var confirmed *string
+	if err := conn.QueryRow(context.Background(), "SELECT count(*), max(confirmed_flush_lsn::text) FROM pg_replication_slots").Scan(&slots, &confirmed); err != nil {
+		t.Fatal(err)
+	}
+	if slots != 1 || confirmed == nil {
+		t.Fatalf("want one slot with a confirmed position, got %d (%v)", slots, confirmed)
+	}
+}
+
+func tailScenario(t *testing.T, dsn, wantMode string) {
 	ctx := context.Background()
 	prefix := fmt.Sprintf("wt_%d_", time.Now().UnixNano()%1_000_000_000)
-	w, err := specstarpg.Open(ctx, pgDSN(), specstarpg.Options{TablePrefix: prefix})
+	w, err := specstarpg.Open(ctx, dsn, specstarpg.Options{TablePrefix: prefix})
 	if err != nil {
-		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", pgDSN(), err)
+		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", dsn, err)
 	}
 	t.Cleanup(func() { w.DropAll(context.Background()); w.Close() })
 	for _, m := range []string{"issue", "user"} {
@@ -70,10 +99,10 @@ func TestPostgresSnapshotAndTail(t *testing.T) {
 		t.Fatalf("build replicator: %v\n%s", err, out)
 	}
 	sep := "?"
-	if strings.Contains(pgDSN(), "?") {
+	if strings.Contains(dsn, "?") {
 		sep = "&"
 	}
-	from := pgDSN() + sep + "table_prefix=" + prefix
+	from := dsn + sep + "table_prefix=" + prefix
 	dir := t.TempDir()
 	mirrorAndVerify := func(step string) {
 		t.Helper()
@@ -86,13 +115,15 @@ func TestPostgresSnapshotAndTail(t *testing.T) {
 		}
 	}
 
-	if code, out, errs := runWriter(t, "snapshot", "--from", from, "--nats", bus.URL()); code != exitOK || !strings.Contains(out, "20 metas, 27 revisions") {
-		t.Fatalf("snapshot: exit %d\n%s%s", code, out, errs)
-	}
-	mirrorAndVerify("after the snapshot")
-	// A second snapshot is refused as done; nothing new is published.
-	if code, out, _ := runWriter(t, "snapshot", "--from", from, "--nats", bus.URL()); code != exitOK || !strings.Contains(out, "was completed") {
-		t.Fatalf("second snapshot: exit %d %s", code, out)
+	if wantMode == "poll" {
+		if code, out, errs := runWriter(t, "snapshot", "--from", from, "--nats", bus.URL()); code != exitOK || !strings.Contains(out, "20 metas, 27 revisions") {
+			t.Fatalf("snapshot: exit %d\n%s%s", code, out, errs)
+		}
+		mirrorAndVerify("after the snapshot")
+		// A second snapshot is refused as done; nothing new is published.
+		if code, out, _ := runWriter(t, "snapshot", "--from", from, "--nats", bus.URL()); code != exitOK || !strings.Contains(out, "was completed") {
+			t.Fatalf("second snapshot: exit %d %s", code, out)
+		}
 	}
 
 	tail := func(changes func()) string {
@@ -104,9 +135,9 @@ func TestPostgresSnapshotAndTail(t *testing.T) {
 			run(tctx, []string{"tail", "--from", from, "--nats", bus.URL(), "--interval", "100ms"}, &out, &errb)
 			done <- out.String() + errb.String()
 		}()
-		time.Sleep(500 * time.Millisecond)
-		changes()
 		time.Sleep(1500 * time.Millisecond)
+		changes()
+		time.Sleep(2000 * time.Millisecond)
 		cancel()
 		return <-done
 	}
@@ -118,8 +149,8 @@ func TestPostgresSnapshotAndTail(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if !strings.Contains(out, "events published") {
-		t.Fatalf("tail: %s", out)
+	if !strings.Contains(out, "("+wantMode+") stopped") {
+		t.Fatalf("tail: want mode %s: %s", wantMode, out)
 	}
 	mirrorAndVerify("after the first tail")
 
