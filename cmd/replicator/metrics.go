@@ -2,16 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"net"
-	"net/http"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/specstar/replicator/internal/httpops"
 )
 
 // metrics are the replicator's Prometheus series, on a registry of its own.
@@ -89,38 +86,8 @@ func (m *metrics) allReady() bool {
 	return true
 }
 
-// serve exposes /metrics, /healthz (the process is up) and /readyz (every
-// sink's consumer is running) until ctx ends.
+// serve exposes /metrics, /healthz and /readyz (every sink's consumer is
+// running) until ctx ends.
 func (m *metrics) serve(ctx context.Context, addr string, log *slog.Logger) error {
-	if addr == "" {
-		return nil
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !m.allReady() {
-			http.Error(w, "not ready\n", http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ready\n"))
-	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	log.Info("serving metrics and health", "addr", ln.Addr().String())
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server", "err", err)
-		}
-	}()
-	return nil
+	return httpops.Serve(ctx, addr, m.reg, m.allReady, log)
 }

@@ -12,12 +12,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/zeebo/xxh3"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/httpops"
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/stream"
@@ -33,6 +37,28 @@ type pgState struct {
 	LSN          string          `json:"lsn,omitempty"`         // logical mode: everything up to here is on the stream
 }
 
+// tailMetrics are writer tail's Prometheus series.
+type tailMetrics struct {
+	reg       *prometheus.Registry
+	published prometheus.Counter
+	restarts  prometheus.Counter
+	lsn       prometheus.Gauge
+	slotLag   prometheus.Gauge
+	streaming atomic.Bool
+}
+
+func newTailMetrics() *tailMetrics {
+	m := &tailMetrics{
+		reg:       prometheus.NewRegistry(),
+		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "specstar_tail_events_published_total", Help: "Events published (and acknowledged) by writer tail."}),
+		restarts:  prometheus.NewCounter(prometheus.CounterOpts{Name: "specstar_tail_restarts_total", Help: "Times the tail lost its source or stream and started again."}),
+		lsn:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "specstar_tail_confirmed_lsn", Help: "Logical mode: the LSN confirmed to Postgres (everything before it is on the stream)."}),
+		slotLag:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "specstar_tail_slot_retained_wal_bytes", Help: "Logical mode: WAL the replication slot keeps on the server."}),
+	}
+	m.reg.MustRegister(m.published, m.restarts, m.lsn, m.slotLag, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
 // pgPublisher couples a Postgres source with the stream and the stored
 // position of that source.
 type pgPublisher struct {
@@ -44,6 +70,7 @@ type pgPublisher struct {
 	state  pgState
 	meter  *progress.Meter
 	log    *slog.Logger
+	m      *tailMetrics // nil outside tail
 	events int64
 	bytes  int64
 }
@@ -115,6 +142,9 @@ func (p *pgPublisher) publish(ctx context.Context, model string, rec events.Reco
 	}
 	p.events++
 	p.bytes += int64(len(env.Payload))
+	if p.m != nil {
+		p.m.published.Inc()
+	}
 	if p.meter != nil {
 		p.meter.Update(p.events, p.bytes)
 	}
@@ -217,6 +247,7 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	fs.StringVar(&lo.Publication, "publication", source.DefaultLogicalPublication, "logical mode: publication name")
 	fs.DurationVar(&lo.Heartbeat, "heartbeat", source.DefaultLogicalHeartbeat, "logical mode: status update interval, so an idle slot does not pin WAL")
 	dropSlot := fs.Bool("drop-slot", false, "drop the replication slot and publication (and forget the logical position), then exit")
+	listen := fs.String("listen", "127.0.0.1:9465", "address for /metrics, /healthz and /readyz (empty: off)")
 	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		return exitUsage
@@ -258,10 +289,38 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	}
 	p.meter = progress.New("tail "+source.Redact(f.from), 0, log)
 	defer p.meter.Done()
-	if *mode == "logical" {
-		err = p.tailLogical(ctx, dsn, lo)
-	} else {
-		err = p.tailPoll(ctx, *interval, *overlap)
+	p.m = newTailMetrics()
+	if err := httpops.Serve(ctx, *listen, p.m.reg, p.m.streaming.Load, log); err != nil {
+		fmt.Fprintf(stderr, "writer tail: listen %s: %v\n", *listen, err)
+		return exitInvalid
+	}
+	// A tail is a service: losing Postgres (a restart, a failover) or the
+	// stream is waited out with backoff, resuming from the stored position.
+	bo := backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(0), backoff.WithMaxInterval(30*time.Second))
+	for {
+		p.m.streaming.Store(true)
+		if *mode == "logical" {
+			err = p.tailLogical(ctx, dsn, lo)
+		} else {
+			err = p.tailPoll(ctx, *interval, *overlap)
+		}
+		p.m.streaming.Store(false)
+		if ctx.Err() != nil {
+			break
+		}
+		if serr := p.save(context.WithoutCancel(ctx)); serr != nil {
+			log.Warn("could not store the position", "err", serr)
+		}
+		wait := bo.NextBackOff()
+		p.m.restarts.Inc()
+		log.Warn("tail stopped; starting again", "in", wait.String(), "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		if ctx.Err() != nil {
+			break
+		}
 	}
 	if serr := p.save(context.WithoutCancel(ctx)); serr != nil {
 		fmt.Fprintf(stderr, "writer tail: store position: %v\n", serr)
@@ -382,15 +441,17 @@ func (p *pgPublisher) tailLogical(ctx context.Context, dsn string, o source.Logi
 			}
 			confirmed.Store(uint64(lsn))
 			p.state.LSN = lsn.String()
+			p.m.lsn.Set(float64(lsn))
 			if time.Since(lastSave) > time.Second {
 				lastSave = time.Now()
 				if err := p.save(ctx); err != nil {
 					return err
 				}
 			}
-			if time.Since(lastLag) > time.Minute {
+			if time.Since(lastLag) > 15*time.Second {
 				lastLag = time.Now()
 				if lag, err := source.SlotLag(ctx, dsn, o); err == nil {
+					p.m.slotLag.Set(float64(lag))
 					p.log.Info("replication slot", "slot", o.Slot, "retained_wal_bytes", lag, "confirmed_lsn", lsn.String())
 				}
 			}

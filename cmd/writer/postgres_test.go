@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,7 +134,7 @@ func tailScenario(t *testing.T, dsn, wantMode string) {
 		done := make(chan string, 1)
 		go func() {
 			var out, errb bytes.Buffer
-			run(tctx, []string{"tail", "--from", from, "--nats", bus.URL(), "--interval", "100ms"}, &out, &errb)
+			run(tctx, []string{"tail", "--from", from, "--nats", bus.URL(), "--interval", "100ms", "--listen", ""}, &out, &errb)
 			done <- out.String() + errb.String()
 		}()
 		time.Sleep(1500 * time.Millisecond)
@@ -165,4 +167,135 @@ func tailScenario(t *testing.T, dsn, wantMode string) {
 		}
 	})
 	mirrorAndVerify("after the restarted tail")
+}
+
+// TestLogicalTailUnderLoad: while a Go writer keeps writing a SpecStar
+// deployment, `writer tail` (a real process) streams it by logical
+// replication; the disk mirror converges and verifies equal once the
+// writer stops. Variants: undisturbed, Postgres restarted in the middle,
+// and the tail process killed (SIGKILL) in the middle and started again.
+func TestLogicalTailUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a throwaway cluster and two binaries per variant")
+	}
+	dir := t.TempDir()
+	writerBin, replBin := filepath.Join(dir, "writer"), filepath.Join(dir, "replicator")
+	for bin, pkg := range map[string]string{writerBin: ".", replBin: "../replicator"} {
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	for _, variant := range []string{"steady", "postgres-restart", "tail-killed"} {
+		t.Run(variant, func(t *testing.T) {
+			ctx := context.Background()
+			cluster := pgtest.StartLogical(t)
+			prefix := "load_"
+			w, err := specstarpg.Open(ctx, cluster.DSN, specstarpg.Options{TablePrefix: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if err := w.CreateModel(ctx, "issue"); err != nil {
+				t.Fatal(err)
+			}
+			bus, err := stream.Open(ctx, stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer bus.Close()
+			from := cluster.DSN + "&table_prefix=" + prefix
+			var tailLog syncBuffer
+			startTail := func() *exec.Cmd {
+				cmd := exec.Command(writerBin, "tail", "--from", from, "--nats", bus.URL(), "--listen", "")
+				cmd.Stdout, cmd.Stderr = &tailLog, &tailLog
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				return cmd
+			}
+			tail := startTail()
+			defer func() { tail.Process.Kill(); tail.Wait() }()
+
+			// The writer: creates and updates until told to stop; writes
+			// that fail while Postgres restarts simply did not happen.
+			stop, done := make(chan struct{}), make(chan int)
+			go func() {
+				written := 0
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						done <- written
+						return
+					default:
+					}
+					rid := fmt.Sprintf("issue:%03d", i%40)
+					var err error
+					if i < 40 {
+						_, err = w.Create(ctx, "issue", rid, payload(rid, i), specstarpg.Write{})
+					} else {
+						_, err = w.Update(ctx, "issue", rid, payload(rid, i), specstarpg.Write{})
+					}
+					if err == nil {
+						written++
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}()
+			time.Sleep(1500 * time.Millisecond)
+			switch variant {
+			case "postgres-restart":
+				cluster.Restart(t)
+			case "tail-killed":
+				tail.Process.Signal(syscall.SIGKILL)
+				tail.Wait()
+				tail = startTail()
+			}
+			time.Sleep(1500 * time.Millisecond)
+			close(stop)
+			written := <-done
+			if written < 100 {
+				t.Fatalf("the writer managed only %d writes", written)
+			}
+
+			// Converge: drain what the tail published and compare with
+			// Postgres, until equal (the tail may still be catching up).
+			mirror := t.TempDir()
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				if out, err := exec.Command(replBin, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", mirror).CombinedOutput(); err != nil {
+					t.Fatalf("replicator run: %v\n%s", err, out)
+				}
+				out, err := exec.Command(replBin, "verify", "--source", from, "--sink", mirror).CombinedOutput()
+				if err == nil && bytes.Contains(out, []byte(": equal:")) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the mirror did not converge after %d writes:\n%s\ntail log:\n%s", written, out, tailLog.String())
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			if variant == "postgres-restart" && !strings.Contains(tailLog.String(), "starting again") {
+				t.Errorf("the tail never noticed the restart:\n%s", tailLog.String())
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a child process writes
+// to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

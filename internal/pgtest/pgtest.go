@@ -25,6 +25,30 @@ import (
 // started.
 func LogicalCluster(t testing.TB) string {
 	t.Helper()
+	return StartLogical(t).DSN
+}
+
+// Cluster is a running throwaway cluster.
+type Cluster struct {
+	// DSN connects to it as the superuser postgres.
+	DSN     string
+	restart func() error
+}
+
+// Restart stops the cluster (fast shutdown: connections are cut) and
+// starts it again on the same port, as a database failover or upgrade
+// would look to a client.
+func (c *Cluster) Restart(t testing.TB) {
+	t.Helper()
+	if err := c.restart(); err != nil {
+		t.Fatalf("restart the test cluster: %v", err)
+	}
+}
+
+// StartLogical is LogicalCluster returning the Cluster, for tests that
+// restart it.
+func StartLogical(t testing.TB) *Cluster {
+	t.Helper()
 	initdbs, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
 	if len(initdbs) == 0 {
 		t.Fatal("logical replication tests need a local PostgreSQL installation: no /usr/lib/postgresql/*/bin/initdb")
@@ -83,7 +107,12 @@ func LogicalCluster(t testing.TB) string {
 		}
 		os.RemoveAll(dir)
 	})
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	return &Cluster{
+		DSN: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
+		restart: func() error {
+			return run(filepath.Join(bin, "pg_ctl"), "-D", data, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "-m", "fast", "-o", opts, "restart")
+		},
+	}
 }
 
 func versionOf(initdb string) int {
