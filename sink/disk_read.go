@@ -121,31 +121,7 @@ func (d *Disk) OpenBlob(ctx context.Context, fileID string) (*events.Binary, io.
 	if err != nil {
 		return nil, nil, err
 	}
-	path := filepath.Join(d.root, blobsDir, name)
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, nil, fmt.Errorf("sink: blob: %w", err)
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("sink: blob: %w", err)
-	}
-	r := &countReader{r: bufio.NewReaderSize(f, 32<<10)}
-	bin, n, err := readBinaryHeader(r)
-	if err != nil {
-		f.Close()
-		return nil, nil, fmt.Errorf("sink: blob %s: %w", path, err)
-	}
-	if n < 0 {
-		f.Close()
-		return nil, nil, fmt.Errorf("sink: blob %s: no data field", path)
-	}
-	if r.n+n != st.Size() {
-		f.Close()
-		return nil, nil, fmt.Errorf("sink: blob %s: data of %d bytes at offset %d, but the file has %d bytes", path, n, r.n, st.Size())
-	}
-	return bin, readCloser{io.LimitReader(r, n), f}, nil
+	return openBlobFile(filepath.Join(d.root, blobsDir, name))
 }
 
 type readCloser struct {

@@ -52,6 +52,9 @@ type PostgresOptions struct {
 	// {prefix}resource_index. False: the deployment keeps them elsewhere
 	// (S3, disk) and only MetaRecords are emitted.
 	Revisions bool
+	// Blobs is the deployment's DiskBlobStore directory, if its blobs are
+	// on disk; the source itself does not read it (the publisher does).
+	Blobs string
 }
 
 // PostgresSource reads a SpecStar Postgres deployment; it exists to

@@ -11,14 +11,16 @@ import (
 // postgresURLKeys are the query parameters of a postgres:// source URL
 // that configure the source; all others go to the driver.
 var postgresURLKeys = map[string]bool{
-	"encoding": true, "meta_table": true, "table_prefix": true, "revisions": true, "models": true,
+	"encoding": true, "meta_table": true, "table_prefix": true, "revisions": true, "models": true, "blobs": true,
 }
 
 // ParsePostgresURL splits a source URL such as
 // postgres://user@host/db?sslmode=disable&table_prefix=p_&revisions=false
 // into the driver's DSN and the source options. revisions defaults to
 // true (a Postgres resource store); set revisions=false for a deployment
-// whose revisions live in S3 or on disk.
+// whose revisions live in S3 or on disk. blobs= names the deployment's
+// DiskBlobStore directory, whose blobs are then published with the
+// revisions that reference them.
 func ParsePostgresURL(raw string) (dsn string, opts PostgresOptions, err error) {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -48,6 +50,8 @@ func ParsePostgresURL(raw string) (dsn string, opts PostgresOptions, err error) 
 			opts.TablePrefix = v
 		case "revisions":
 			opts.Revisions = v != "false" && v != "0" && v != "no"
+		case "blobs":
+			opts.Blobs = v
 		case "models":
 			for _, m := range strings.Split(v, ",") {
 				if m != "" {

@@ -154,6 +154,26 @@ func (p *Publisher) PutBlob(ctx context.Context, fileID string, data []byte) err
 	return nil
 }
 
+// PutBlobStream stores a blob read from r (size bytes) in the object
+// store under its file_id, without holding it in memory (the object store
+// chunks it), unless an object of that name and size is there already. It
+// cannot be retried from the middle: the caller retries with a new reader.
+func (p *Publisher) PutBlobStream(ctx context.Context, fileID string, size int64, r io.Reader) error {
+	obj, err := p.bus.Blobs(ctx)
+	if err != nil {
+		return err
+	}
+	if info, err := obj.GetInfo(ctx, fileID); err == nil && info.Size == uint64(size) && !info.Deleted {
+		p.Stats.BlobsKept++
+		return nil
+	}
+	if _, err := obj.Put(ctx, jetstream.ObjectMeta{Name: fileID}, r); err != nil {
+		return fmt.Errorf("put blob %s in %s: %w", fileID, p.bus.BlobBucket(), err)
+	}
+	p.Stats.BlobsPut++
+	return nil
+}
+
 // OpenBlob reads a blob from the object store.
 func (b *Bus) OpenBlob(ctx context.Context, bucket, fileID string) (io.ReadCloser, error) {
 	obj, err := b.JS.ObjectStore(ctx, bucket)

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"sync/atomic"
@@ -23,6 +24,7 @@ import (
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/httpops"
 	"github.com/specstar/replicator/internal/progress"
+	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/stream"
 )
@@ -71,8 +73,72 @@ type pgPublisher struct {
 	meter  *progress.Meter
 	log    *slog.Logger
 	m      *tailMetrics // nil outside tail
+	blobs  blobOpener   // the deployment's blob store; nil: blobs are not published
+	sent   map[string]bool
 	events int64
 	bytes  int64
+}
+
+// blobOpener reads a deployment's blob store (sink.DiskBlobStore here).
+type blobOpener interface {
+	OpenBlob(ctx context.Context, fileID string) (*events.Binary, io.ReadCloser, error)
+}
+
+// maxSentBlobs bounds the memory of blob ids already published this run;
+// forgetting them only costs re-reading a blob the stream de-duplicates.
+const maxSentBlobs = 100_000
+
+// publishBlobs publishes the blobs a revision's payload references, once
+// per run: small ones inline as BlobRecords, large ones through the object
+// store (streamed, never held whole) with a BlobRefRecord.
+func (p *pgPublisher) publishBlobs(ctx context.Context, model string, rec *events.RevisionRecord) error {
+	res, err := rec.Resource()
+	if err != nil {
+		return err
+	}
+	refs, err := events.PayloadBinaryRefs(res.RawData)
+	if err != nil {
+		p.log.Warn("payload does not decode; its blobs are not looked for", "revision_id", res.Info.RevisionID, "err", err)
+		return nil
+	}
+	for _, ref := range refs {
+		if p.sent[ref.FileID] {
+			continue
+		}
+		if err := p.publishBlob(ctx, model, ref); err != nil {
+			return fmt.Errorf("blob %s of %s: %w", ref.FileID, res.Info.RevisionID, err)
+		}
+		if len(p.sent) >= maxSentBlobs {
+			clear(p.sent)
+		}
+		p.sent[ref.FileID] = true
+	}
+	return nil
+}
+
+func (p *pgPublisher) publishBlob(ctx context.Context, model string, ref events.BinaryRef) error {
+	bin, r, err := p.blobs.OpenBlob(ctx, ref.FileID)
+	if errors.Is(err, fs.ErrNotExist) {
+		p.log.Warn("a payload references a blob that the blob store does not hold", "file_id", ref.FileID)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	size, ct := bin.Size.Value, bin.ContentType.Value
+	pub := p.pub
+	if pub.FitsInline(int(size) + 256) {
+		data, err := io.ReadAll(io.LimitReader(r, size+1))
+		if err != nil {
+			return err
+		}
+		return p.publish(ctx, model, &events.BlobRecord{FileID: ref.FileID, BlobData: data, Size: int64(len(data)), ContentType: ct})
+	}
+	if err := pub.PutBlobStream(ctx, ref.FileID, size, r); err != nil {
+		return err
+	}
+	return p.publish(ctx, model, &events.BlobRefRecord{FileID: ref.FileID, Size: size, ContentType: ct, Bucket: p.bus.BlobBucket()})
 }
 
 type pgFlags struct {
@@ -114,7 +180,15 @@ func openPG(ctx context.Context, f *pgFlags, log *slog.Logger) (*pgPublisher, er
 		return nil, err
 	}
 	h := xxh3.HashString128(source.PostgresID(dsn, opts)).Bytes()
-	p := &pgPublisher{src: src, bus: bus, pub: bus.NewPublisher(f.inflight), kv: kv, key: fmt.Sprintf("pg-%x", h[:8]), log: log}
+	p := &pgPublisher{src: src, bus: bus, pub: bus.NewPublisher(f.inflight), kv: kv, key: fmt.Sprintf("pg-%x", h[:8]), log: log, sent: map[string]bool{}}
+	if opts.Blobs != "" {
+		bs, err := sink.OpenDiskBlobStore(opts.Blobs)
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		p.blobs = bs
+	}
 	if e, err := kv.Get(ctx, p.key); err == nil {
 		if err := json.Unmarshal(e.Value(), &p.state); err != nil {
 			p.close()
@@ -144,6 +218,9 @@ func (p *pgPublisher) publish(ctx context.Context, model string, rec events.Reco
 	p.bytes += int64(len(env.Payload))
 	if p.m != nil {
 		p.m.published.Inc()
+	}
+	if rr, ok := rec.(*events.RevisionRecord); ok && p.blobs != nil {
+		return p.publishBlobs(ctx, model, rr)
 	}
 	if p.meter != nil {
 		p.meter.Update(p.events, p.bytes)

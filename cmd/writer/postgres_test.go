@@ -17,9 +17,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/internal/specstarpg"
+	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -298,4 +300,81 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestSnapshotPublishesReferencedBlobs: with blobs= naming the
+// deployment's DiskBlobStore, the blobs a payload references travel with
+// it: a small one inline, one larger than a message through the object
+// store; the mirror's blob files equal the deployment's byte for byte.
+func TestSnapshotPublishesReferencedBlobs(t *testing.T) {
+	ctx := context.Background()
+	store := t.TempDir()
+	d, err := sink.OpenDisk(ctx, store, sink.DiskOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := []byte("hello")
+	large := bytes.Repeat([]byte("0123456789abcdef"), 2<<20/16) // 2 MiB: more than one message
+	var refs []events.Value
+	for _, b := range [][]byte{small, large} {
+		id := dedup.FileID(b)
+		if _, err := d.ApplyBlob(ctx, id, int64(len(b)), "application/octet-stream", bytes.NewReader(b)); err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, events.Map{{Key: "file_id", Value: id}, {Key: "size", Value: int64(len(b))}, {Key: "content_type", Value: "application/octet-stream"}})
+	}
+	d.Close()
+
+	prefix := fmt.Sprintf("wb_%d_", time.Now().UnixNano()%1_000_000_000)
+	w, err := specstarpg.Open(ctx, pgDSN(), specstarpg.Options{TablePrefix: prefix})
+	if err != nil {
+		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", pgDSN(), err)
+	}
+	t.Cleanup(func() { w.DropAll(context.Background()); w.Close() })
+	if err := w.CreateModel(ctx, "doc"); err != nil {
+		t.Fatal(err)
+	}
+	doc := events.Struct{Declared: 3, Fields: []events.StructField{{Name: "title", Value: "with files"}, {Name: "file", Value: refs[0]}, {Name: "thumbs", Value: []any{refs[1]}}}}
+	if _, err := w.Create(ctx, "doc", "doc:1", doc, specstarpg.Write{}); err != nil {
+		t.Fatal(err)
+	}
+
+	bus, err := stream.Open(ctx, stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	sep := "?"
+	if strings.Contains(pgDSN(), "?") {
+		sep = "&"
+	}
+	from := pgDSN() + sep + "table_prefix=" + prefix + "&blobs=" + filepath.Join(store, "_blobs")
+	if code, out, errs := runWriter(t, "snapshot", "--from", from, "--nats", bus.URL()); code != exitOK {
+		t.Fatalf("snapshot: exit %d\n%s%s", code, out, errs)
+	}
+	repl := filepath.Join(t.TempDir(), "replicator")
+	if out, err := exec.Command("go", "build", "-o", repl, "../replicator").CombinedOutput(); err != nil {
+		t.Fatalf("build replicator: %v\n%s", err, out)
+	}
+	mirror := t.TempDir()
+	if out, err := exec.Command(repl, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", mirror).CombinedOutput(); err != nil {
+		t.Fatalf("replicator run: %v\n%s", err, out)
+	}
+	for _, b := range [][]byte{small, large} {
+		id := dedup.FileID(b)
+		want, _ := os.ReadFile(filepath.Join(store, "_blobs", id))
+		got, err := os.ReadFile(filepath.Join(mirror, "_blobs", id))
+		if err != nil || !bytes.Equal(got, want) || len(want) < len(b) {
+			t.Fatalf("blob %s (%d bytes) not mirrored byte for byte: %v", id, len(b), err)
+		}
+	}
+	info, err := bus.Stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if objs, err := bus.Blobs(ctx); err != nil {
+		t.Fatal(err)
+	} else if _, err := objs.GetInfo(ctx, dedup.FileID(large)); err != nil {
+		t.Fatalf("the 2 MiB blob should have gone through the object store: %v (stream holds %d messages)", err, info.State.Msgs)
+	}
 }

@@ -1,0 +1,74 @@
+package sink
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/specstar/replicator/events"
+)
+
+// DiskBlobStore reads a SpecStar DiskBlobStore directory ({dir}/{file_id},
+// msgpack Binary files) wherever a deployment keeps it, so publishers can
+// send the blobs that payloads reference.
+type DiskBlobStore struct {
+	dir string
+}
+
+// OpenDiskBlobStore opens the DiskBlobStore directory dir for reading.
+func OpenDiskBlobStore(dir string) (*DiskBlobStore, error) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("blob store %s: %w", dir, err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("blob store %s is not a directory", dir)
+	}
+	return &DiskBlobStore{dir: dir}, nil
+}
+
+// OpenBlob returns a blob's Binary (without Data) and a reader of its
+// bytes, streamed from the file; an error wrapping fs.ErrNotExist if the
+// store does not hold it.
+func (s *DiskBlobStore) OpenBlob(ctx context.Context, fileID string) (*events.Binary, io.ReadCloser, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	name, err := checkFileID(fileID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return openBlobFile(filepath.Join(s.dir, name))
+}
+
+// openBlobFile opens one DiskBlobStore file and positions a reader on its
+// data bytes, checking that the file holds exactly the declared data.
+func openBlobFile(path string) (*events.Binary, io.ReadCloser, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sink: blob: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("sink: blob: %w", err)
+	}
+	r := &countReader{r: bufio.NewReaderSize(f, 32<<10)}
+	bin, n, err := readBinaryHeader(r)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("sink: blob %s: %w", path, err)
+	}
+	if n < 0 {
+		f.Close()
+		return nil, nil, fmt.Errorf("sink: blob %s: no data field", path)
+	}
+	if r.n+n != st.Size() {
+		f.Close()
+		return nil, nil, fmt.Errorf("sink: blob %s: data of %d bytes at offset %d, but the file has %d bytes", path, n, r.n, st.Size())
+	}
+	return bin, readCloser{io.LimitReader(r, n), f}, nil
+}
