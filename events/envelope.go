@@ -149,8 +149,9 @@ func msgID(kind string, parts ...string) string {
 // re-encodes). Ids: a revision by uid, data_hash and schema_version
 // (SpecStar's migrate() keeps uid and hash but changes the version); a meta by resource id,
 // updated_time, total_revision_count and current_revision_id; a blob by
-// file_id; anything else, and a Meta or Revision record whose data does not
-// decode, by its bytes. All ids include the model.
+// file_id; a purge by resource id and purged_time; anything else, and a
+// Meta or Revision record whose data does not decode, by its bytes. All
+// ids include the model.
 func EnvelopeFor(prefix, model string, rec Record, payload []byte) (*Envelope, error) {
 	if payload == nil {
 		var err error
@@ -199,6 +200,10 @@ func EnvelopeFor(prefix, model string, rec Record, payload []byte) (*Envelope, e
 		kind = KindBlob
 		h[HeaderFileID] = r.FileID
 		h[HeaderMsgID] = msgID(kind, model, r.FileID)
+	case *PurgeRecord:
+		kind = KindPurge
+		h[HeaderResourceID] = r.ResourceID
+		h[HeaderMsgID] = msgID(kind, model, r.ResourceID, purgeIDTime(r.PurgedTime))
 	default:
 		kind = KindOther
 		h[HeaderMsgID] = msgID(kind, model, string(payload))

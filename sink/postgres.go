@@ -93,10 +93,11 @@ type Postgres struct {
 	skipped   map[string]map[string]struct{} // OnDuplicate "skip": model -> resource ids whose meta was skipped
 }
 
-// pgWrite is one queued record: exactly one of meta and rev is set.
+// pgWrite is one queued record: exactly one of meta, rev and purge is set.
 type pgWrite struct {
-	meta *pgMetaWrite
-	rev  *pgRevWrite
+	meta  *pgMetaWrite
+	rev   *pgRevWrite
+	purge *pgPurgeWrite
 }
 
 // pgMetaKey is a meta row: its table and resource id.
@@ -751,13 +752,20 @@ func (p *Postgres) ensureTables(ctx context.Context, pending []pgWrite) error {
 	seen := map[string]bool{}
 	hasRev := false
 	for _, w := range pending {
-		if w.meta == nil {
+		table := ""
+		switch {
+		case w.meta != nil:
+			table = w.meta.key.table
+		case w.purge != nil:
+			table = w.purge.key.table
+			hasRev = hasRev || p.opts.Revisions
+		default:
 			hasRev = true
 			continue
 		}
-		if !seen[w.meta.key.table] {
-			seen[w.meta.key.table] = true
-			if _, err := p.metaSQL(ctx, w.meta.key.table); err != nil {
+		if !seen[table] {
+			seen[table] = true
+			if _, err := p.metaSQL(ctx, table); err != nil {
 				return err
 			}
 		}
@@ -816,6 +824,7 @@ type pgDataState struct {
 	origData, origInfo []byte // nil: no row
 	data, info         []byte
 	decoded            *events.RevisionInfo // info decoded; nil if it does not decode
+	purged             bool                 // a purge removed it (unless a later revision wrote info again)
 }
 
 // pgSlotState is one resource_index row during a round.
@@ -837,8 +846,18 @@ func (p *Postgres) round(ctx context.Context, tx *pgx.Tx, pending []pgWrite) (in
 	datas := map[string]*pgDataState{}
 	byTable := map[string][]string{}
 	tableSQL := map[string]*pgMetaSQL{}
+	purgeRids := map[string]bool{}
 	for _, w := range pending {
 		switch {
+		case w.purge != nil:
+			if _, ok := metas[w.purge.key]; !ok {
+				metas[w.purge.key] = &pgMetaState{sql: w.purge.sql}
+				byTable[w.purge.key.table] = append(byTable[w.purge.key.table], w.purge.key.rid)
+				tableSQL[w.purge.key.table] = w.purge.sql
+			}
+			if p.opts.Revisions {
+				purgeRids[w.purge.key.rid] = true
+			}
 		case w.meta != nil:
 			if _, ok := metas[w.meta.key]; !ok {
 				metas[w.meta.key] = &pgMetaState{sql: w.meta.sql}
@@ -908,6 +927,24 @@ func (p *Postgres) round(ctx context.Context, tx *pgx.Tx, pending []pgWrite) (in
 		})
 		b.Queue(p.rev.selectData, pgSortedKeys(datas)).Query(scanData)
 	}
+	if len(purgeRids) > 0 {
+		b.Queue(p.pgPurgeSlotsSQL(), pgSortedKeys(purgeRids)).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var k pgSlotKey
+				var uid string
+				if err := rows.Scan(&k.rid, &k.revID, &k.sv, &uid); err != nil {
+					return err
+				}
+				st := slots[k]
+				if st == nil {
+					st = &pgSlotState{}
+					slots[k] = st
+				}
+				st.orig = uid
+			}
+			return rows.Err()
+		})
+	}
 	var err error
 	if *tx == nil {
 		br := p.pool.SendBatch(ctx, b)
@@ -923,6 +960,15 @@ func (p *Postgres) round(ctx context.Context, tx *pgx.Tx, pending []pgWrite) (in
 	// Read again, FOR SHARE, the data rows of the other uids that index
 	// rows name.
 	others := map[string]bool{}
+	for k, st := range slots {
+		// the data rows a purge may remove, and orders revisions by
+		if purgeRids[k.rid] && st.orig != "" && (datas[st.orig] == nil || datas[st.orig].origInfo == nil) {
+			others[st.orig] = true
+			if datas[st.orig] == nil {
+				datas[st.orig] = &pgDataState{}
+			}
+		}
+	}
 	for _, w := range pending {
 		if w.rev != nil {
 			if cur := slots[w.rev.slot].orig; cur != "" && cur != w.rev.info.UID {
@@ -971,9 +1017,12 @@ func (p *Postgres) round(ctx context.Context, tx *pgx.Tx, pending []pgWrite) (in
 		}
 	}
 	for _, w := range pending {
-		if w.meta != nil {
+		switch {
+		case w.meta != nil:
 			p.decideMeta(metas[w.meta.key], w.meta)
-		} else {
+		case w.purge != nil:
+			p.decidePurge(metas[w.purge.key], slots, datas, w.purge)
+		default:
 			pgDecideRevision(slots, datas, w.rev)
 		}
 	}
@@ -981,6 +1030,7 @@ func (p *Postgres) round(ctx context.Context, tx *pgx.Tx, pending []pgWrite) (in
 	// Write the rows that change: metas, then resource_data, then
 	// resource_index (whose uid references resource_data), in key order.
 	var ch pgChanges
+	var del pgDeletes
 	keys := make([]pgMetaKey, 0, len(metas))
 	for k := range metas {
 		keys = append(keys, k)
@@ -996,11 +1046,18 @@ func (p *Postgres) round(ctx context.Context, tx *pgx.Tx, pending []pgWrite) (in
 		if bytes.Equal(st.cur, st.orig) && (st.cur == nil) == (st.orig == nil) {
 			continue
 		}
+		if st.cur == nil {
+			del.metas = append(del.metas, pgMetaChange{sql: st.sql, row: []any{k.rid}, prev: st.orig})
+			continue
+		}
 		ch.metas = append(ch.metas, pgMetaChange{sql: st.sql, row: st.row, prev: st.orig})
 	}
 	for _, uid := range pgSortedKeys(datas) {
 		st := datas[uid]
 		if st.info == nil {
+			if st.purged && st.origInfo != nil {
+				del.datas = append(del.datas, pgDataChange{uid: uid, prevData: st.origData, prevInfo: st.origInfo})
+			}
 			continue // another uid, only read for comparison
 		}
 		if st.origInfo != nil && bytes.Equal(st.data, st.origData) && bytes.Equal(st.info, st.origInfo) {
@@ -1009,18 +1066,26 @@ func (p *Postgres) round(ctx context.Context, tx *pgx.Tx, pending []pgWrite) (in
 		ch.datas = append(ch.datas, pgDataChange{uid: uid, data: st.data, info: st.info, prevData: st.origData, prevInfo: st.origInfo})
 	}
 	for _, k := range pgSortedSlotKeys(slots) {
-		if st := slots[k]; st.cur != st.orig {
+		if st := slots[k]; st.cur == "" && st.orig != "" {
+			del.slots = append(del.slots, pgSlotChange{key: k, prev: st.orig})
+		} else if st.cur != st.orig {
 			ch.slots = append(ch.slots, pgSlotChange{key: k, uid: st.cur, prev: st.orig})
 		}
 	}
 	n := len(ch.metas) + len(ch.datas) + len(ch.slots)
+	missed := 0
 	switch {
 	case n == 0:
-		return 0, nil
 	case n >= p.copyFrom:
-		return p.writeCopy(ctx, *tx, &ch)
+		missed, err = p.writeCopy(ctx, *tx, &ch)
+	default:
+		missed, err = p.writeBatch(ctx, *tx, &ch)
 	}
-	return p.writeBatch(ctx, *tx, &ch)
+	if err != nil || del.len() == 0 {
+		return missed, err
+	}
+	m, err := p.writeDeletes(ctx, *tx, &del)
+	return missed + m, err
 }
 
 // pgChanges are the rows a round writes, each with the content it must
