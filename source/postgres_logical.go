@@ -301,7 +301,7 @@ type LogicalHandler struct {
 	// the transaction's end LSN.
 	Record func(model string, rec events.Record, lsn pglogrepl.LSN) error
 	// Purge receives a meta row's DELETE (a permanent delete).
-	Purge func(model, resourceID string, lsn pglogrepl.LSN) error
+	Purge func(model, resourceID string, lsn pglogrepl.LSN, committed time.Time) error
 	// Commit (may be nil) follows the last Record/Purge of a transaction:
 	// once everything handed over up to it is durable the caller may
 	// confirm lsn and store it as its restart position. It is also called
@@ -469,11 +469,12 @@ type logicalStream struct {
 	rels map[uint32]*logicalRel
 	last pglogrepl.LSN // the end of the last transaction (or position) handed to Commit
 
-	inTx   bool
-	order  []changeKey
-	op     map[changeKey]change
-	idxRID []string // resource ids of resource_index rows written
-	uids   []string // uids of resource_data rows written
+	inTx      bool
+	committed time.Time // the commit time of the transaction being emitted
+	order     []changeKey
+	op        map[changeKey]change
+	idxRID    []string // resource ids of resource_index rows written
+	uids      []string // uids of resource_data rows written
 }
 
 func (st *logicalStream) relation(m *pglogrepl.RelationMessage) {
@@ -605,6 +606,7 @@ func (st *logicalStream) handle(ctx context.Context, data []byte) error {
 		return st.row(m.RelationID, m.OldTuple, false)
 	case *pglogrepl.CommitMessage:
 		st.inTx = false
+		st.committed = m.CommitTime
 		lsn := m.TransactionEndLSN
 		if lsn <= st.last {
 			return nil // already confirmed before a restart
@@ -620,11 +622,46 @@ func (st *logicalStream) handle(ctx context.Context, data []byte) error {
 	return nil
 }
 
+// visibleWait bounds how long emitTx waits for a decoded transaction to
+// become visible to queries.
+const visibleWait = 10 * time.Second
+
+// waitVisible waits until the resource_data rows a decoded transaction
+// wrote are visible to new snapshots. The walsender can hand over a
+// COMMIT a moment before the transaction is visible to other sessions,
+// and the revisions are read by query: without the wait, a busy server
+// lets the newest revision of a resource slip past.
+func (s *PostgresSource) waitVisible(ctx context.Context, uids []string) error {
+	if len(uids) == 0 {
+		return nil
+	}
+	want := len(slices.Compact(slices.Sorted(slices.Values(uids))))
+	deadline := time.Now().Add(visibleWait)
+	for {
+		var n int
+		err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT uid) FROM `+ident(s.dataTable)+` WHERE uid = ANY($1)`, uids).Scan(&n)
+		if err != nil {
+			return fmt.Errorf("source: logical stream: wait for the transaction to be visible: %w", err)
+		}
+		if n >= want || time.Now().After(deadline) {
+			return nil // past the deadline the rows were deleted since: go on
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // emitTx emits the resources one transaction changed.
 func (st *logicalStream) emitTx(ctx context.Context, lsn pglogrepl.LSN) error {
 	s := st.s
 	if len(st.order) == 0 && len(st.idxRID) == 0 && len(st.uids) == 0 {
 		return nil
+	}
+	if err := s.waitVisible(ctx, st.uids); err != nil {
+		return err
 	}
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -727,7 +764,7 @@ func (st *logicalStream) emitTx(ctx context.Context, lsn pglogrepl.LSN) error {
 		if st.op[k].upsert {
 			continue
 		}
-		if err := st.h.Purge(k.model, k.rid, lsn); err != nil {
+		if err := st.h.Purge(k.model, k.rid, lsn, st.committed); err != nil {
 			return err
 		}
 	}

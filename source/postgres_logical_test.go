@@ -89,7 +89,7 @@ func (c *collector) handler() LogicalHandler {
 			}
 			return nil
 		},
-		Purge: func(model, rid string, lsn pglogrepl.LSN) error {
+		Purge: func(model, rid string, lsn pglogrepl.LSN, _ time.Time) error {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			c.purges[model+"/"+rid]++

@@ -19,6 +19,7 @@ type applier interface {
 	ApplyMeta(ctx context.Context, model string, meta *events.ResourceMeta) (sink.Outcome, error)
 	ApplyRevision(ctx context.Context, model string, res *events.RawResource) (sink.Outcome, error)
 	ApplyBlob(ctx context.Context, fileID string, size int64, contentType string, data io.Reader) (sink.Outcome, error)
+	ApplyPurge(ctx context.Context, model, resourceID string, purgedAt events.Time) (sink.Outcome, error)
 	Flush(ctx context.Context) error
 	Close() error
 }

@@ -253,8 +253,9 @@ func (w *worker) drained(ctx context.Context, cons jetstream.Consumer, target ui
 
 // process applies a batch, makes it durable, then acks it; it returns the
 // highest stream sequence acked. Events of a batch are applied by up to
-// cfg.parallel goroutines: the sinks are order-independent and lock per
-// resource, and concurrent fsyncs share the file system's journal commits.
+// cfg.parallel goroutines, one resource's events in stream order (the
+// sinks lock per resource, and concurrent fsyncs share the file system's
+// journal commits).
 func (w *worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, error) {
 	start := time.Now()
 	type result struct {
@@ -262,15 +263,35 @@ func (w *worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, err
 		err           error
 	}
 	results := make([]result, len(msgs))
+	// Events of one resource keep their stream order (a purge must not
+	// overtake the meta it deletes); different resources go in parallel.
+	var groups [][]int
+	byKey := map[string]int{}
+	for i, msg := range msgs {
+		h := msg.Headers()
+		key := h.Get(events.HeaderModel) + "\x00" + h.Get(events.HeaderResourceID) + "\x00" + h.Get(events.HeaderFileID)
+		if h.Get(events.HeaderResourceID) == "" && h.Get(events.HeaderFileID) == "" {
+			key = fmt.Sprintf("\x01%d", i) // nothing to order it by
+		}
+		g, ok := byKey[key]
+		if !ok {
+			g = len(groups)
+			byKey[key] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
 	sem := make(chan struct{}, max(w.cfg.parallel, 1))
 	var wg sync.WaitGroup
-	for i, msg := range msgs {
+	for _, g := range groups {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			r := &results[i]
-			r.kind, r.outcome, r.err = w.applyWithRetry(ctx, msg)
+			for _, i := range g {
+				r := &results[i]
+				r.kind, r.outcome, r.err = w.applyWithRetry(ctx, msgs[i])
+			}
 		}()
 	}
 	wg.Wait()
@@ -410,6 +431,14 @@ func (w *worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
 		out, err = w.sink.ApplyBlob(ctx, ref.FileID, ref.Size, ref.ContentType, r)
 		r.Close()
 		if err != nil {
+			return "", err
+		}
+	case events.TagPurge:
+		pr, err := events.DecodePurge(payload)
+		if err != nil {
+			return "", invalid("PurgeRecord: %v", err)
+		}
+		if out, err = w.sink.ApplyPurge(ctx, model, pr.ResourceID, pr.PurgedTime); err != nil {
 			return "", err
 		}
 	default:

@@ -508,9 +508,9 @@ func (p *pgPublisher) tailLogical(ctx context.Context, dsn string, o source.Logi
 		Record: func(model string, rec events.Record, _ pglogrepl.LSN) error {
 			return p.publish(ctx, model, rec)
 		},
-		Purge: func(model, resourceID string, _ pglogrepl.LSN) error {
-			p.log.Warn("a resource was permanently deleted; deletes are not propagated to sinks yet", "model", model, "resource_id", resourceID)
-			return nil
+		Purge: func(model, resourceID string, _ pglogrepl.LSN, committed time.Time) error {
+			// The delete's commit time: a re-creation is newer than it.
+			return p.publish(ctx, model, &events.PurgeRecord{ResourceID: resourceID, PurgedTime: events.Time{Time: committed.UTC()}})
 		},
 		Commit: func(lsn pglogrepl.LSN) error {
 			if err := p.pub.Flush(ctx); err != nil {

@@ -108,14 +108,24 @@ func tailScenario(t *testing.T, dsn, wantMode string) {
 	}
 	from := dsn + sep + "table_prefix=" + prefix
 	dir := t.TempDir()
+	// mirrorAndVerify drains the stream into the mirror and compares it
+	// with Postgres, again and again while a tail may still be publishing,
+	// until they are equal (or a minute has passed).
 	mirrorAndVerify := func(step string) {
 		t.Helper()
-		if out, err := exec.Command(repl, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", dir).CombinedOutput(); err != nil {
-			t.Fatalf("%s: replicator run: %v\n%s", step, err, out)
-		}
-		out, err := exec.Command(repl, "verify", "--source", from, "--sink", dir).CombinedOutput()
-		if err != nil || !bytes.Contains(out, []byte(": equal:")) {
-			t.Fatalf("%s: verify: %v\n%s", step, err, out)
+		deadline := time.Now().Add(time.Minute)
+		for {
+			if out, err := exec.Command(repl, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", dir).CombinedOutput(); err != nil {
+				t.Fatalf("%s: replicator run: %v\n%s", step, err, out)
+			}
+			out, err := exec.Command(repl, "verify", "--source", from, "--sink", dir).CombinedOutput()
+			if err == nil && bytes.Contains(out, []byte(": equal:")) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: verify: %v\n%s", step, err, out)
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
 	}
 
@@ -130,7 +140,9 @@ func tailScenario(t *testing.T, dsn, wantMode string) {
 		}
 	}
 
-	tail := func(changes func()) string {
+	// tail runs `writer tail`, makes the changes, waits until the mirror
+	// has them, and stops the tail.
+	tail := func(step string, changes func()) string {
 		t.Helper()
 		tctx, cancel := context.WithCancel(ctx)
 		done := make(chan string, 1)
@@ -139,13 +151,12 @@ func tailScenario(t *testing.T, dsn, wantMode string) {
 			run(tctx, []string{"tail", "--from", from, "--nats", bus.URL(), "--interval", "100ms", "--listen", ""}, &out, &errb)
 			done <- out.String() + errb.String()
 		}()
-		time.Sleep(1500 * time.Millisecond)
 		changes()
-		time.Sleep(2000 * time.Millisecond)
+		mirrorAndVerify(step)
 		cancel()
 		return <-done
 	}
-	out := tail(func() {
+	out := tail("after the first tail", func() {
 		if _, err := w.Update(ctx, "issue", "issue:000", payload("tailed", 2), specstarpg.Write{}); err != nil {
 			t.Fatal(err)
 		}
@@ -156,19 +167,17 @@ func tailScenario(t *testing.T, dsn, wantMode string) {
 	if !strings.Contains(out, "("+wantMode+") stopped") {
 		t.Fatalf("tail: want mode %s: %s", wantMode, out)
 	}
-	mirrorAndVerify("after the first tail")
 
 	// Changes made while no tail runs are picked up by the next one, from
 	// the stored cursor.
 	if _, err := w.Update(ctx, "user", "user:001", payload("while stopped", 3), specstarpg.Write{}); err != nil {
 		t.Fatal(err)
 	}
-	tail(func() {
+	tail("after the restarted tail", func() {
 		if _, err := w.Update(ctx, "issue", "issue:002", payload("second tail", 4), specstarpg.Write{}); err != nil {
 			t.Fatal(err)
 		}
 	})
-	mirrorAndVerify("after the restarted tail")
 }
 
 // TestLogicalTailUnderLoad: while a Go writer keeps writing a SpecStar
@@ -255,7 +264,7 @@ func TestLogicalTailUnderLoad(t *testing.T) {
 			time.Sleep(1500 * time.Millisecond)
 			close(stop)
 			written := <-done
-			if written < 100 {
+			if written < 50 {
 				t.Fatalf("the writer managed only %d writes", written)
 			}
 
@@ -376,5 +385,96 @@ func TestSnapshotPublishesReferencedBlobs(t *testing.T) {
 		t.Fatal(err)
 	} else if _, err := objs.GetInfo(ctx, dedup.FileID(large)); err != nil {
 		t.Fatalf("the 2 MiB blob should have gone through the object store: %v (stream holds %d messages)", err, info.State.Msgs)
+	}
+}
+
+// TestLogicalTailPropagatesDeletes: a resource permanently deleted in
+// Postgres (its meta, index and data rows) disappears from the mirror.
+func TestLogicalTailPropagatesDeletes(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.LogicalCluster(t)
+	prefix := "del_"
+	w, err := specstarpg.Open(ctx, dsn, specstarpg.Options{TablePrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.CreateModel(ctx, "issue"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		rid := fmt.Sprintf("issue:%d", i)
+		if _, err := w.Create(ctx, "issue", rid, payload(rid, i), specstarpg.Write{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bus, err := stream.Open(ctx, stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	from := dsn + "&table_prefix=" + prefix
+	tctx, cancel := context.WithCancel(ctx)
+	done := make(chan string, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		run(tctx, []string{"tail", "--from", from, "--nats", bus.URL(), "--listen", ""}, &out, &errb)
+		done <- out.String() + errb.String()
+	}()
+	// Wait until the tail has published its snapshot (the slot exists).
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if info, err := bus.Stream.Info(ctx); err == nil && info.State.Msgs >= 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the tail never published its snapshot")
+		}
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// SpecStar's permanent delete: the meta row and the resource's rows.
+	for _, q := range []string{
+		`DELETE FROM "` + prefix + `issue_meta" WHERE resource_id = 'issue:2'`,
+		`DELETE FROM "` + prefix + `resource_index" WHERE resource_id = 'issue:2'`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Wait until the tail has published the delete.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := bus.Stream.GetLastMsgForSubject(ctx, "specstar.issue.purge"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the delete was never published")
+		}
+	}
+	cancel()
+	if out := <-done; !strings.Contains(out, "(logical) stopped") {
+		t.Fatalf("tail: %s", out)
+	}
+	repl := filepath.Join(t.TempDir(), "replicator")
+	if out, err := exec.Command("go", "build", "-o", repl, "../replicator").CombinedOutput(); err != nil {
+		t.Fatalf("build replicator: %v\n%s", err, out)
+	}
+	mirror := t.TempDir()
+	if out, err := exec.Command(repl, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", mirror).CombinedOutput(); err != nil {
+		t.Fatalf("replicator run: %v\n%s", err, out)
+	}
+	for i, want := range []bool{true, false, true} {
+		_, err := os.Stat(filepath.Join(mirror, "issue", "meta", fmt.Sprintf("issue:%d.data", i+1)))
+		if (err == nil) != want {
+			t.Errorf("issue:%d in the mirror: %v, want present=%v", i+1, err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(mirror, "issue", "data", "resource", "issue:2")); err == nil {
+		t.Error("the deleted resource's revisions are still in the mirror")
+	}
+	if out, err := exec.Command(repl, "verify", "--source", from, "--sink", mirror).CombinedOutput(); err != nil {
+		t.Fatalf("verify: %v\n%s", err, out)
 	}
 }
