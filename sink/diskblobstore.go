@@ -3,8 +3,10 @@ package sink
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -18,9 +20,14 @@ type DiskBlobStore struct {
 	dir string
 }
 
-// OpenDiskBlobStore opens the DiskBlobStore directory dir for reading.
+// OpenDiskBlobStore opens the DiskBlobStore directory dir for reading. A
+// directory that does not exist yet is an empty store (SpecStar creates it
+// with the first blob).
 func OpenDiskBlobStore(dir string) (*DiskBlobStore, error) {
 	st, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &DiskBlobStore{dir: dir}, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("blob store %s: %w", dir, err)
 	}

@@ -5,6 +5,7 @@
 //	writer replay ARCHIVE [--nats URL]            publish an archive as events
 //	writer snapshot --from postgres://...         publish a deployment's state
 //	writer tail --from postgres://...             and then its changes
+//	writer export --from postgres://... ARCHIVE   write a deployment as an archive
 //
 // Exit status: 0 success (verify: the archive is valid), 1 the archive is
 // not valid or could not be read, 2 usage error.
@@ -60,6 +61,9 @@ commands:
       user may replicate, else by keyset polling. Positions are stored in
       the stream's positions bucket. --drop-slot removes the slot and
       the publication.
+  export --from postgres://... ARCHIVE
+      Write one consistent snapshot of a SpecStar Postgres deployment as
+      an .acbak archive (blobs from its DiskBlobStore with blobs=DIR).
 `
 
 func main() {
@@ -87,6 +91,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdSnapshot(ctx, args[1:], stdout, stderr, log)
 	case "tail":
 		return cmdTail(ctx, args[1:], stdout, stderr, log)
+	case "export":
+		return cmdExport(ctx, args[1:], stdout, stderr, log)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

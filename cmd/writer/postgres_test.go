@@ -17,10 +17,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/internal/specstarpg"
+	"github.com/specstar/replicator/internal/testfixtures"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/stream"
 )
@@ -181,9 +183,9 @@ func tailScenario(t *testing.T, dsn, wantMode string) {
 }
 
 // TestLogicalTailUnderLoad: while a Go writer keeps writing a SpecStar
-// deployment, `writer tail` (a real process) streams it by logical
-// replication; the disk mirror converges and verifies equal once the
-// writer stops. Variants: undisturbed, Postgres restarted in the middle,
+// deployment, `writer tail` and `replicator run --sink DIR` (real
+// processes) stream it by logical replication into a disk mirror, which
+// converges and verifies equal once the writer stops. Variants: undisturbed, Postgres restarted in the middle,
 // and the tail process killed (SIGKILL) in the middle and started again.
 func TestLogicalTailUnderLoad(t *testing.T) {
 	if testing.Short() {
@@ -226,6 +228,12 @@ func TestLogicalTailUnderLoad(t *testing.T) {
 			}
 			tail := startTail()
 			defer func() { tail.Process.Kill(); tail.Wait() }()
+			mirror := t.TempDir()
+			replicator := exec.Command(replBin, "run", "--nats", bus.URL(), "--listen", "", "--sink", mirror)
+			if err := replicator.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { replicator.Process.Signal(syscall.SIGTERM); replicator.Wait() }()
 
 			// The writer: creates and updates until told to stop; writes
 			// that fail while Postgres restarts simply did not happen.
@@ -268,14 +276,11 @@ func TestLogicalTailUnderLoad(t *testing.T) {
 				t.Fatalf("the writer managed only %d writes", written)
 			}
 
-			// Converge: drain what the tail published and compare with
-			// Postgres, until equal (the tail may still be catching up).
-			mirror := t.TempDir()
+			// Converge: the replicator (running as a service since the
+			// start) applies what the tail published; compare with Postgres
+			// until equal (the tail may still be catching up).
 			deadline := time.Now().Add(60 * time.Second)
 			for {
-				if out, err := exec.Command(replBin, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", mirror).CombinedOutput(); err != nil {
-					t.Fatalf("replicator run: %v\n%s", err, out)
-				}
 				out, err := exec.Command(replBin, "verify", "--source", from, "--sink", mirror).CombinedOutput()
 				if err == nil && bytes.Contains(out, []byte(": equal:")) {
 					break
@@ -477,4 +482,91 @@ func TestLogicalTailPropagatesDeletes(t *testing.T) {
 	if out, err := exec.Command(repl, "verify", "--source", from, "--sink", mirror).CombinedOutput(); err != nil {
 		t.Fatalf("verify: %v\n%s", err, out)
 	}
+}
+
+// TestArchivePostgresRoundTrip: an archive replayed into the Postgres sink
+// (blobs into a disk sink beside it), then exported back with writer
+// export, holds the same metas, revisions and blobs, and verifies.
+func TestArchivePostgresRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	repl := filepath.Join(t.TempDir(), "replicator")
+	if out, err := exec.Command("go", "build", "-o", repl, "../replicator").CombinedOutput(); err != nil {
+		t.Fatalf("build replicator: %v\n%s", err, out)
+	}
+	for _, name := range []string{"small.acbak", "blobs.acbak"} {
+		t.Run(name, func(t *testing.T) {
+			archive := testfixtures.Path(t, name)
+			prefix := fmt.Sprintf("rt_%d_", time.Now().UnixNano()%1_000_000_000)
+			conn, err := pgx.Connect(ctx, pgDSN())
+			if err != nil {
+				t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", pgDSN(), err)
+			}
+			t.Cleanup(func() {
+				rows, _ := conn.Query(ctx, "SELECT tablename FROM pg_tables WHERE tablename LIKE $1", prefix+"%")
+				names, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+				for _, n := range names {
+					conn.Exec(ctx, `DROP TABLE IF EXISTS "`+n+`" CASCADE`)
+				}
+				conn.Close(ctx)
+			})
+			bus, err := stream.Open(ctx, stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer bus.Close()
+			if code, out, errs := runWriter(t, "replay", archive, "--nats", bus.URL()); code != exitOK {
+				t.Fatalf("replay: %d\n%s%s", code, out, errs)
+			}
+			sep := "?"
+			if strings.Contains(pgDSN(), "?") {
+				sep = "&"
+			}
+			pg := pgDSN() + sep + "table_prefix=" + prefix + "&revisions=true"
+			blobDir := t.TempDir()
+			if out, err := exec.Command(repl, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", pg, "--sink", blobDir).CombinedOutput(); err != nil {
+				t.Fatalf("replicator run: %v\n%s", err, out)
+			}
+			exported := filepath.Join(t.TempDir(), "export.acbak")
+			if code, out, errs := runWriter(t, "export", exported, "--from", pg+"&blobs="+filepath.Join(blobDir, "_blobs")); code != exitOK {
+				t.Fatalf("export: %d\n%s%s", code, out, errs)
+			}
+			if code, out, _ := runWriter(t, "verify", exported); code != exitOK {
+				t.Fatalf("the exported archive does not verify:\n%s", out)
+			}
+			want, got := recordSet(t, archive), recordSet(t, exported)
+			if len(want) == 0 || len(got) != len(want) {
+				t.Fatalf("exported %d distinct records, the archive holds %d", len(got), len(want))
+			}
+			for k := range want {
+				if !got[k] {
+					t.Errorf("a record of the archive is missing from the export (%.60q)", k)
+				}
+			}
+		})
+	}
+}
+
+// recordSet is the set of an archive's Meta, Revision and Blob records,
+// each by its exact bytes (model included).
+func recordSet(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	set := map[string]bool{}
+	model := ""
+	for fr, err := range acbak.NewReader(f, acbak.Options{}).All() {
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		switch r := fr.Record.(type) {
+		case *events.ModelStartRecord:
+			model = r.ModelName
+		case *events.MetaRecord, *events.RevisionRecord, *events.BlobRecord:
+			set[model+"\x00"+string(fr.Payload)] = true
+		}
+	}
+	return set
 }
