@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/specstar/replicator/acbak"
+	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/sink"
+)
+
+// The Postgres replay benchmarks write the shared 100,000-revision archive
+// (one model, model0) into SpecStar's Postgres tables on the server at
+// PG_DSN: a meta table, resource_data and resource_index.
+
+const benchPGModel = "model0"
+
+// benchPGRows is what the archive becomes in Postgres: 10,000 meta rows,
+// 100,000 resource_data rows and 100,000 resource_index rows.
+type benchPGRows struct {
+	metas, datas, indexes [][]any
+}
+
+func (r *benchPGRows) total() int { return len(r.metas) + len(r.datas) + len(r.indexes) }
+
+// benchPGConnect connects to PG_DSN or fails the benchmark saying so.
+func benchPGConnect(b *testing.B) *pgx.Conn {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgDSN())
+	if err == nil {
+		err = conn.Ping(ctx)
+	}
+	if err != nil {
+		b.Fatalf("the Postgres benchmarks need a reachable server: cannot connect to %s (set PG_DSN): %v", pgDSN(), err)
+	}
+	return conn
+}
+
+// benchPGPrefix is a table prefix no other run uses.
+func benchPGPrefix() string {
+	return fmt.Sprintf("bench%d_%d_", os.Getpid(), time.Now().UnixNano()%1_000_000_000)
+}
+
+// benchPGDrop drops the tables of a prefix.
+func benchPGDrop(b *testing.B, conn *pgx.Conn, prefix string) {
+	b.Helper()
+	for _, t := range []string{prefix + benchPGModel + "_meta", prefix + "resource_index", prefix + "resource_data"} {
+		if _, err := conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{t}.Sanitize()); err != nil {
+			b.Errorf("drop %s: %v", t, err)
+		}
+	}
+}
+
+// benchPGCounts counts the rows of a prefix's three tables.
+func benchPGCounts(b *testing.B, conn *pgx.Conn, prefix string) [3]int {
+	b.Helper()
+	var n [3]int
+	for i, t := range []string{prefix + benchPGModel + "_meta", prefix + "resource_data", prefix + "resource_index"} {
+		if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{t}.Sanitize()).Scan(&n[i]); err != nil {
+			b.Fatalf("count %s: %v", t, err)
+		}
+	}
+	return n
+}
+
+// benchPGRowsOf computes, outside the timing, the rows the Postgres sink
+// writes for the archive (msgpack data and info, the meta table's 14
+// columns in the contract's order, "__none__" for a None schema_version).
+func benchPGRowsOf(b *testing.B, archive string) *benchPGRows {
+	b.Helper()
+	data, err := os.ReadFile(archive)
+	if err != nil {
+		b.Fatal(err)
+	}
+	optStr := func(o events.Opt[string]) any {
+		if o.IsSet() {
+			return o.Value
+		}
+		return nil
+	}
+	optTime := func(o events.Opt[events.Time]) any {
+		if o.IsSet() {
+			return o.Value.Instant()
+		}
+		return nil
+	}
+	rows := &benchPGRows{}
+	for f, err := range acbak.NewReader(bytes.NewReader(data), acbak.Options{}).All() {
+		if err != nil {
+			b.Fatal(err)
+		}
+		switch r := f.Record.(type) {
+		case *events.MetaRecord:
+			m, err := r.Meta()
+			if err != nil {
+				b.Fatal(err)
+			}
+			enc, err := m.Encode(events.Msgpack)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var indexed any
+			if m.IndexedData.Present {
+				var v events.Value
+				if !m.IndexedData.Null {
+					v = m.IndexedData.Value
+				}
+				j, err := events.EncodeValue(events.JSON, v)
+				if err != nil {
+					b.Fatal(err)
+				}
+				indexed = string(j)
+			}
+			rows.metas = append(rows.metas, []any{
+				m.ResourceID, enc, m.CreatedTime.Instant(), m.UpdatedTime.Instant(), m.CreatedBy, m.UpdatedBy, m.IsDeleted,
+				optStr(m.SchemaVersion), indexed, optStr(m.RevStatus), optStr(m.RevCreatedBy), optStr(m.RevUpdatedBy),
+				optTime(m.RevCreatedTime), optTime(m.RevUpdatedTime),
+			})
+		case *events.RevisionRecord:
+			res, err := r.Resource()
+			if err != nil {
+				b.Fatal(err)
+			}
+			info, err := res.Info.Encode(events.Msgpack)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sv := "__none__"
+			if res.Info.SchemaVersion.IsSet() {
+				sv = res.Info.SchemaVersion.Value
+			}
+			rows.datas = append(rows.datas, []any{res.Info.UID, bytes.Clone(res.RawData), info})
+			rows.indexes = append(rows.indexes, []any{res.Info.ResourceID, res.Info.RevisionID, sv, res.Info.UID})
+		}
+	}
+	return rows
+}
+
+func reportPG(b *testing.B, rows int) {
+	sec := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(float64(rows)/sec, "rows/s")
+	b.ReportMetric(benchRevisions/sec, "revisions/s")
+}
+
+// BenchmarkPostgresSinkReplay: `replicator mirror --to postgres://...
+// ?table_prefix=P&revisions=true`: the archive replayed onto an embedded
+// JetStream server, consumed, and applied by the Postgres sink (one
+// transaction per batch of 256 events, newer-wins compare-and-swap
+// upserts), into new tables.
+func BenchmarkPostgresSinkReplay(b *testing.B) {
+	archive, _ := benchInput(b)
+	conn := benchPGConnect(b)
+	defer conn.Close(context.Background())
+	rows := 0
+	for b.Loop() {
+		prefix := benchPGPrefix()
+		sep := "?"
+		if strings.Contains(pgDSN(), "?") {
+			sep = "&"
+		}
+		to := pgDSN() + sep + "table_prefix=" + prefix + "&revisions=true"
+		var out, errs bytes.Buffer
+		code := run(context.Background(), []string{"mirror", "--from", archive, "--to", to, "--data-dir", b.TempDir()}, &out, &errs)
+		b.StopTimer()
+		if code != exitOK {
+			benchPGDrop(b, conn, prefix)
+			b.Fatalf("mirror: %d %s %s", code, out.String(), errs.String())
+		}
+		n := benchPGCounts(b, conn, prefix)
+		benchPGDrop(b, conn, prefix)
+		if n != [3]int{benchRevisions / 10, benchRevisions, benchRevisions} {
+			b.Fatalf("mirror wrote %v rows (metas, resource_data, resource_index), want %d, %d, %d", n, benchRevisions/10, benchRevisions, benchRevisions)
+		}
+		rows = n[0] + n[1] + n[2]
+		b.StartTimer()
+	}
+	reportPG(b, rows)
+}
+
+// BenchmarkPostgresPlainCOPY is the baseline: the same rows, computed
+// beforehand, loaded with pgx CopyFrom (one COPY per table) into empty
+// tables of the same schema (created by the sink, indexes included),
+// with no stream, decoding or upsert logic.
+func BenchmarkPostgresPlainCOPY(b *testing.B) {
+	archive, _ := benchInput(b)
+	conn := benchPGConnect(b)
+	defer conn.Close(context.Background())
+	rows := benchPGRowsOf(b, archive)
+	ctx := context.Background()
+	metaCols := []string{"resource_id", "data", "created_time", "updated_time", "created_by", "updated_by", "is_deleted",
+		"schema_version", "indexed_data", "rev_status", "rev_created_by", "rev_updated_by", "rev_created_time", "rev_updated_time"}
+	for b.Loop() {
+		b.StopTimer()
+		prefix := benchPGPrefix()
+		p, err := sink.OpenPostgres(ctx, pgDSN(), sink.PostgresOptions{TablePrefix: prefix, Revisions: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		err = p.EnsureModel(ctx, benchPGModel)
+		p.Close()
+		if err != nil {
+			benchPGDrop(b, conn, prefix)
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		for _, c := range []struct {
+			table string
+			cols  []string
+			rows  [][]any
+		}{
+			{prefix + "resource_data", []string{"uid", "data", "info"}, rows.datas},
+			{prefix + "resource_index", []string{"resource_id", "revision_id", "schema_version", "uid"}, rows.indexes},
+			{prefix + benchPGModel + "_meta", metaCols, rows.metas},
+		} {
+			n, err := conn.CopyFrom(ctx, pgx.Identifier{c.table}, c.cols, pgx.CopyFromRows(c.rows))
+			if err == nil && n != int64(len(c.rows)) {
+				err = fmt.Errorf("copied %d rows of %d", n, len(c.rows))
+			}
+			if err != nil {
+				benchPGDrop(b, conn, prefix)
+				b.Fatalf("COPY %s: %v", c.table, err)
+			}
+		}
+		b.StopTimer()
+		benchPGDrop(b, conn, prefix)
+		b.StartTimer()
+	}
+	reportPG(b, rows.total())
+}
