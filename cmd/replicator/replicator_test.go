@@ -637,6 +637,9 @@ func TestStatus(t *testing.T) {
 	if s.Name != "statussink" || s.Pending != 0 || s.AckPending != 0 || s.AckFloor != s.StreamLast || s.DeadLetters != 1 {
 		t.Fatalf("after a drain: %+v", s)
 	}
+	if !strings.Contains(s.LastError, "dead-letter") || !strings.Contains(s.LastError, "not a valid ResourceMeta") || s.LastErrorAt == "" {
+		t.Fatalf("last error %q at %q, want the dead letter's reason", s.LastError, s.LastErrorAt)
+	}
 	replay(t, bus, testfixtures.Path(t, "msgpack.acbak"))
 	_, out, _ = runCmd(t, "status", "--nats", bus.URL(), "--json")
 	json.Unmarshal([]byte(out), &got)

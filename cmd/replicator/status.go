@@ -29,6 +29,8 @@ type sinkStatus struct {
 	OldestAgeSec  float64 `json:"oldest_unacked_age_seconds"`
 	Redelivered   int     `json:"redelivered"`
 	DeadLetters   uint64  `json:"dead_letters"`
+	LastError     string  `json:"last_error,omitempty"`    // the sink's last retried error or dead-letter reason
+	LastErrorAt   string  `json:"last_error_at,omitempty"` // RFC 3339
 }
 
 // sinkStatuses reads every durable consumer of the stream.
@@ -58,6 +60,15 @@ func sinkStatuses(ctx context.Context, bus *stream.Bus) ([]sinkStatus, error) {
 			Name: ci.Name, Description: ci.Config.Description,
 			Pending: ci.NumPending, AckPending: ci.NumAckPending, AckFloor: ci.AckFloor.Stream,
 			StreamLast: sinfo.State.LastSeq, Redelivered: ci.NumRedelivered, DeadLetters: dead[ci.Name],
+		}
+		if kv, err := bus.Positions(ctx); err == nil {
+			if e, err := kv.Get(ctx, sinkErrorKey(ci.Name)); err == nil {
+				var se sinkError
+				if json.Unmarshal(e.Value(), &se) == nil {
+					st.LastError = se.Op + ": " + se.Error
+					st.LastErrorAt = se.At.Format(time.RFC3339)
+				}
+			}
 		}
 		if ci.NumPending > 0 || ci.NumAckPending > 0 {
 			// The oldest event not yet acked is the first after the floor
@@ -116,6 +127,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		}
 		fmt.Fprintf(stdout, "%s (%s): pending %d, awaiting ack %d, ack floor %d of %d, oldest unacked %s, redelivered %d, dead letters %d\n",
 			s.Name, s.Description, s.Pending, s.AckPending, s.AckFloor, s.StreamLast, age, s.Redelivered, s.DeadLetters)
+		if s.LastError != "" {
+			fmt.Fprintf(stdout, "    last error at %s: %s\n", s.LastErrorAt, s.LastError)
+		}
 	}
 	return exitOK
 }

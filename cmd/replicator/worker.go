@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,10 +48,13 @@ type worker struct {
 	log  *slog.Logger
 	m    *metrics
 
-	fresh   bool  // the durable consumer was created by this run
-	applied int64 // events acked
-	bytes   int64 // payload bytes acked
-	dead    int64
+	fresh bool // the durable consumer was created by this run
+
+	errMu     sync.Mutex
+	lastErrAt time.Time
+	applied   int64 // events acked
+	bytes     int64 // payload bytes acked
+	dead      int64
 }
 
 // invalidError marks an event that can never be applied (it is
@@ -187,6 +191,34 @@ func (w *worker) checkGap(ctx context.Context, cons jetstream.Consumer) error {
 		return nil
 	}
 	return fmt.Errorf("%s. Rebuild or repair the sink from its source (for an archive: writer replay it, or replicator mirror into a fresh directory; for Postgres: writer snapshot --restart), or run with --accept-gap to go on without them", msg)
+}
+
+// sinkError is the last error of a sink, kept in the positions bucket so
+// that `replicator status`, another process, can show it.
+type sinkError struct {
+	Op    string    `json:"op"`
+	Error string    `json:"error"`
+	At    time.Time `json:"at"`
+}
+
+func sinkErrorKey(name string) string { return "sink-error." + name }
+
+// recordError stores the sink's last error, at most once a second.
+func (w *worker) recordError(ctx context.Context, op string, err error) {
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	if time.Since(w.lastErrAt) < time.Second {
+		return
+	}
+	w.lastErrAt = time.Now()
+	kv, kerr := w.bus.Positions(ctx)
+	if kerr != nil {
+		return
+	}
+	b, _ := json.Marshal(sinkError{Op: op, Error: err.Error(), At: w.lastErrAt.UTC()})
+	if _, perr := kv.Put(ctx, sinkErrorKey(w.spec.name), b); perr != nil {
+		w.log.Debug("could not store the sink's last error", "err", perr)
+	}
 }
 
 // watchConsumer copies the consumer's figures into the metrics every few
@@ -356,6 +388,7 @@ func (w *worker) retry(ctx context.Context, what string, op func() error) error 
 	}, backoff.WithContext(eb, ctx), func(err error, d time.Duration) {
 		w.m.retries.WithLabelValues(w.spec.name).Inc()
 		w.log.Warn("sink error; retrying", "sink", w.spec.name, "op", what, "in", d.String(), "err", err)
+		w.recordError(ctx, what, err)
 	})
 }
 
@@ -476,6 +509,7 @@ func (w *worker) deadLetter(ctx context.Context, msg jetstream.Msg, cause error)
 	}
 	w.dead++
 	w.m.deadLetters.WithLabelValues(w.spec.name).Inc()
+	w.recordError(ctx, "dead-letter", cause)
 	w.log.Error("event dead-lettered", "sink", w.spec.name, "stream_seq", seq, "subject", msg.Subject(), "reason", cause.Error())
 	return nil
 }
