@@ -31,7 +31,7 @@ const (
 
 // startOrJoinEmbedded returns the URL of the embedded server for dataDir,
 // starting it (and returning it as e) if no other process runs it.
-func startOrJoinEmbedded(dataDir string, maxPayload int32, log *slog.Logger) (e *embedded, url string, err error) {
+func startOrJoinEmbedded(dataDir string, maxPayload int32, domain string, log *slog.Logger) (e *embedded, url string, err error) {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, "", fmt.Errorf("embedded NATS data dir %s: %w", dataDir, err)
 	}
@@ -60,6 +60,9 @@ func startOrJoinEmbedded(dataDir string, maxPayload int32, log *slog.Logger) (e 
 		NoSigs:     true,
 		NoLog:      true,
 		MaxPayload: maxPayload,
+		// JetStreamDomain names this server's JetStream in leaf-node
+		// setups (Config.Domain); empty is nats-server's default.
+		JetStreamDomain: domain,
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {

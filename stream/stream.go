@@ -42,6 +42,28 @@ type Config struct {
 	DuplicateWindow time.Duration
 	// MaxPayload of the embedded server (default 1 MiB, as nats-server's).
 	MaxPayload int32
+	// Domain is the JetStream domain of the embedded server (empty: none).
+	// It names a region in a leaf-node setup, so that another region can
+	// mirror this one's stream with MirrorDomain. An external server's
+	// domain is set in its own configuration (jetstream { domain: a }).
+	Domain string
+	// MirrorOf is the name of an upstream stream, usually another region's,
+	// that the event stream mirrors. Empty (the default): the event stream
+	// is the origin and takes publishes on SubjectPrefix.>. Set: the event
+	// stream is a read-only mirror of MirrorOf (same sequence numbers, no
+	// subjects of its own), the upstream's blob object store
+	// MirrorOf_BLOBS is mirrored too (its stream OBJ_MirrorOf_BLOBS), and
+	// the dead-letter stream and positions bucket stay local.
+	MirrorOf string
+	// MirrorDomain is the JetStream domain of the upstream stream in a
+	// leaf-node setup: the mirror reaches it through the API prefix
+	// "$JS.<MirrorDomain>.API". Empty: the upstream is in this server's
+	// own domain (or MirrorAPIPrefix says where).
+	MirrorDomain string
+	// MirrorAPIPrefix is the upstream's external JetStream API prefix, for
+	// account imports that do not follow the domain convention; it takes
+	// precedence over MirrorDomain.
+	MirrorAPIPrefix string
 }
 
 // DefaultDataDir is where the embedded server keeps its files unless told
@@ -85,6 +107,9 @@ type Bus struct {
 	JS     jetstream.JetStream
 	Stream jetstream.Stream
 	log    *slog.Logger
+	// localDomain names this server's JetStream on a mirror (its domain,
+	// else "mirror"), to keep dead-letter subjects region-local.
+	localDomain string
 }
 
 // Open connects (starting the embedded server if cfg.URL is empty) and
@@ -94,7 +119,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 	b := &Bus{cfg: cfg, log: log}
 	url := cfg.URL
 	if url == "" {
-		e, u, err := startOrJoinEmbedded(cfg.DataDir, cfg.MaxPayload, log)
+		e, u, err := startOrJoinEmbedded(cfg.DataDir, cfg.MaxPayload, cfg.Domain, log)
 		if err != nil {
 			return nil, err
 		}
@@ -138,15 +163,51 @@ func (b *Bus) DLQStream() string { return b.cfg.Stream + "_DLQ" }
 
 // DLQSubject is the dead-letter subject of one sink.
 func (b *Bus) DLQSubject(sinkName string) string {
-	return b.cfg.SubjectPrefix + "_dlq." + events.SubjectToken(sinkName)
+	return b.dlqPrefix() + "." + events.SubjectToken(sinkName)
 }
 
 // DLQSubjects matches every sink's dead-letter subject.
-func (b *Bus) DLQSubjects() string { return b.cfg.SubjectPrefix + "_dlq.>" }
+func (b *Bus) DLQSubjects() string { return b.dlqPrefix() + ".>" }
+
+// dlqPrefix starts dead-letter subjects: <prefix>_dlq, or on a mirror
+// <prefix>_dlq_<local JetStream domain>. Regions joined by a leaf node
+// share subject interest, so with the same subjects each region's
+// dead-letter stream would also store the other's dead letters.
+func (b *Bus) dlqPrefix() string {
+	if b.cfg.MirrorOf == "" {
+		return b.cfg.SubjectPrefix + "_dlq"
+	}
+	return b.cfg.SubjectPrefix + "_dlq_" + events.SubjectToken(b.localDomain)
+}
 
 // BlobBucket is the object store bucket that holds blobs too large for
-// one message.
-func (b *Bus) BlobBucket() string { return b.cfg.Stream + "_BLOBS" }
+// one message. On a mirror it is the upstream's bucket name (MirrorOf_BLOBS),
+// mirrored locally under that name, since that is the bucket the events'
+// BlobRefRecords name.
+func (b *Bus) BlobBucket() string {
+	if b.cfg.MirrorOf != "" {
+		return b.cfg.MirrorOf + "_BLOBS"
+	}
+	return b.cfg.Stream + "_BLOBS"
+}
+
+// IsMirror tells whether the event stream mirrors an upstream stream
+// (and so takes no publishes).
+func (b *Bus) IsMirror() bool { return b.cfg.MirrorOf != "" }
+
+// external is where the upstream of a mirror lives: nil for this domain.
+func (c *Config) external() *jetstream.ExternalStream {
+	switch {
+	case c.MirrorAPIPrefix != "":
+		return &jetstream.ExternalStream{APIPrefix: c.MirrorAPIPrefix}
+	case c.MirrorDomain != "":
+		return &jetstream.ExternalStream{APIPrefix: "$JS." + c.MirrorDomain + ".API"}
+	}
+	return nil
+}
+
+// objStream is the name of an object store bucket's backing stream.
+func objStream(bucket string) string { return "OBJ_" + bucket }
 
 func retention(s string) (jetstream.RetentionPolicy, error) {
 	switch s {
@@ -180,8 +241,30 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 		MaxBytes:    maxBytes,
 		Duplicates:  b.cfg.DuplicateWindow,
 	}
+	if b.cfg.MirrorOf != "" {
+		ai, err := b.JS.AccountInfo(ctx)
+		if err != nil {
+			return fmt.Errorf("stream %s: JetStream account info: %w", b.cfg.Stream, err)
+		}
+		b.localDomain = "mirror"
+		if ai.Domain != "" {
+			b.localDomain = ai.Domain
+		}
+		// A mirror has no subjects and no duplicate window of its own: it
+		// copies the upstream's messages with their sequence numbers, and
+		// the upstream already dropped duplicates.
+		scfg.Description = "SpecStar DumpRecord events, mirrored from " + b.cfg.MirrorOf
+		scfg.Subjects = nil
+		scfg.Duplicates = 0
+		scfg.Mirror = &jetstream.StreamSource{Name: b.cfg.MirrorOf, External: b.cfg.external()}
+	}
 	if b.Stream, err = b.JS.CreateOrUpdateStream(ctx, scfg); err != nil {
 		return fmt.Errorf("stream %s: %w", scfg.Name, err)
+	}
+	if b.cfg.MirrorOf != "" {
+		if err := b.ensureBlobMirror(ctx); err != nil {
+			return err
+		}
 	}
 	dcfg := jetstream.StreamConfig{
 		Name:        b.DLQStream(),
@@ -193,6 +276,30 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 	}
 	if _, err := b.JS.CreateOrUpdateStream(ctx, dcfg); err != nil {
 		return fmt.Errorf("stream %s: %w", dcfg.Name, err)
+	}
+	return nil
+}
+
+// ensureBlobMirror creates the local copy of the upstream's blob object
+// store: a stream named like the bucket's backing stream, OBJ_<bucket>,
+// that mirrors the upstream's. Objects keep their subjects
+// ($O.<bucket>.C.<nuid> chunks, $O.<bucket>.M.<name> metas), so the
+// ordinary object store API reads it as the bucket <bucket>.
+func (b *Bus) ensureBlobMirror(ctx context.Context) error {
+	name := objStream(b.BlobBucket())
+	ocfg := jetstream.StreamConfig{
+		Name:        name,
+		Description: "SpecStar blobs too large for one message, mirrored from " + name,
+		Storage:     jetstream.FileStorage,
+		Replicas:    b.cfg.Replicas,
+		MaxBytes:    -1,
+		Discard:     jetstream.DiscardNew,
+		AllowRollup: true, // object metas are rolled up on their subject
+		AllowDirect: true,
+		Mirror:      &jetstream.StreamSource{Name: name, External: b.cfg.external()},
+	}
+	if _, err := b.JS.CreateOrUpdateStream(ctx, ocfg); err != nil {
+		return fmt.Errorf("stream %s (mirror of blob bucket %s): %w", name, b.BlobBucket(), err)
 	}
 	return nil
 }

@@ -57,7 +57,9 @@ commands:
       Re-publish dead-lettered events to the stream and remove them.
 
 common flags: --nats URL (default $NATS_URL; neither: embedded server),
-  --stream NAME, --data-dir DIR (embedded server storage), --subject-prefix P
+  --stream NAME, --data-dir DIR (embedded server storage), --subject-prefix P;
+  in a second region: --mirror-of STREAM with --mirror-domain D (leaf node)
+  or --mirror-api-prefix P, and --domain D for an embedded server
 `
 
 func main() {
@@ -113,6 +115,10 @@ func (b *busFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&b.cfg.MaxBytes, "max-bytes", 0, "stream retention by size (0: unlimited)")
 	fs.StringVar(&b.cfg.Retention, "retention", "limits", "stream retention policy: limits, interest or workqueue")
 	fs.DurationVar(&b.cfg.DuplicateWindow, "duplicate-window", time.Hour, "how long JetStream drops re-published records by message id")
+	fs.StringVar(&b.cfg.MirrorOf, "mirror-of", "", "make the stream a read-only mirror of this upstream stream (and its blob bucket), e.g. another region's SPECSTAR")
+	fs.StringVar(&b.cfg.MirrorDomain, "mirror-domain", "", "JetStream domain of the --mirror-of stream (leaf-node regions): API prefix $JS.<domain>.API")
+	fs.StringVar(&b.cfg.MirrorAPIPrefix, "mirror-api-prefix", "", "external JetStream API prefix of the --mirror-of stream (instead of --mirror-domain)")
+	fs.StringVar(&b.cfg.Domain, "domain", "", "JetStream domain of the embedded server")
 }
 
 // multiFlag collects a repeated flag.

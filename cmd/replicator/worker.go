@@ -453,9 +453,11 @@ func (w *worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
 			return "", invalid("BlobRefRecord: %v", err)
 		}
 		r, err := w.bus.OpenBlob(ctx, ref.Bucket, ref.FileID)
-		if errors.Is(err, jetstream.ErrObjectNotFound) || errors.Is(err, jetstream.ErrBucketNotFound) {
+		if (errors.Is(err, jetstream.ErrObjectNotFound) || errors.Is(err, jetstream.ErrBucketNotFound)) && !w.bus.IsMirror() {
 			// The publisher puts the object before the event, so it was
-			// removed since: waiting will not bring it back.
+			// removed since: waiting will not bring it back. (In a mirror
+			// region the object store's mirror may simply lag the event
+			// stream's: there it is retried.)
 			return "", invalid("blob %s is not in object store %s", ref.FileID, ref.Bucket)
 		}
 		if err != nil {
