@@ -270,6 +270,13 @@ type metaRow struct {
 // the first run) keeps Poll starting early enough to cover the gap.
 // Errors from emit are returned as they are (wrapped).
 func (s *PostgresSource) Snapshot(ctx context.Context, from Position, emit func(model string, rec events.Record, pos Position) error) (SnapshotStats, error) {
+	return s.snapshot(ctx, "", from, emit)
+}
+
+// snapshot runs a snapshot in a REPEATABLE READ READ ONLY transaction:
+// a fresh one whose snapshot it exports (importName == ""), or the
+// exported snapshot importName (SnapshotAt).
+func (s *PostgresSource) snapshot(ctx context.Context, importName string, from Position, emit func(model string, rec events.Record, pos Position) error) (SnapshotStats, error) {
 	var st SnapshotStats
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -281,8 +288,19 @@ func (s *PostgresSource) Snapshot(ctx context.Context, from Position, emit func(
 		return st, fmt.Errorf("source: postgres snapshot: begin: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	if err := tx.QueryRow(ctx, `SELECT pg_export_snapshot(), pg_current_snapshot()::text`).Scan(&st.SnapshotID, &st.TxSnapshot); err != nil {
-		return st, fmt.Errorf("source: postgres snapshot: export: %w", err)
+	if importName == "" {
+		if err := tx.QueryRow(ctx, `SELECT pg_export_snapshot(), pg_current_snapshot()::text`).Scan(&st.SnapshotID, &st.TxSnapshot); err != nil {
+			return st, fmt.Errorf("source: postgres snapshot: export: %w", err)
+		}
+	} else {
+		// SET TRANSACTION SNAPSHOT takes no parameters; the name is quoted as a literal.
+		if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT '`+strings.ReplaceAll(importName, "'", "''")+`'`); err != nil {
+			return st, fmt.Errorf("source: postgres snapshot: import snapshot %q: %w", importName, err)
+		}
+		st.SnapshotID = importName
+		if err := tx.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&st.TxSnapshot); err != nil {
+			return st, fmt.Errorf("source: postgres snapshot: %w", err)
+		}
 	}
 	models, err := s.models(ctx, tx)
 	if err != nil {

@@ -236,61 +236,7 @@ func replicationConn(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
 // snapshot once it is gone: resume with Snapshot instead (see
 // SetupLogical).
 func (s *PostgresSource) SnapshotAt(ctx context.Context, snapshotName string, from Position, emit func(model string, rec events.Record, pos Position) error) (SnapshotStats, error) {
-	var st SnapshotStats
-	if snapshotName == "" {
-		return st, errors.New("source: postgres snapshot: no exported snapshot name (the slot already existed?)")
-	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return st, fmt.Errorf("source: postgres snapshot: %w", err)
-	}
-	defer conn.Release()
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return st, fmt.Errorf("source: postgres snapshot: begin: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	// SET TRANSACTION SNAPSHOT takes no parameters; the name is quoted as a literal.
-	if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT '`+strings.ReplaceAll(snapshotName, "'", "''")+`'`); err != nil {
-		return st, fmt.Errorf("source: postgres snapshot: import snapshot %q: %w", snapshotName, err)
-	}
-	st.SnapshotID = snapshotName
-	if err := tx.QueryRow(ctx, `SELECT pg_current_snapshot()::text`).Scan(&st.TxSnapshot); err != nil {
-		return st, fmt.Errorf("source: postgres snapshot: %w", err)
-	}
-	models, err := s.models(ctx, tx)
-	if err != nil {
-		return st, err
-	}
-	st.Models = models
-	pos := from
-	if pos.Cursor == nil {
-		c, err := s.snapshotCursor(ctx, tx, models)
-		if err != nil {
-			return st, err
-		}
-		pos.Cursor = &c
-	}
-	st.Cursor = *pos.Cursor
-	for _, model := range models {
-		if model < from.Model {
-			continue
-		}
-		after := ""
-		if model == from.Model {
-			after = from.ResourceID
-		} else {
-			pos.Model, pos.ResourceID = model, ""
-		}
-		if err := s.snapshotModel(ctx, tx, model, after, &pos, &st, emit); err != nil {
-			return st, err
-		}
-	}
-	st.End = pos
-	if err := tx.Commit(ctx); err != nil {
-		return st, fmt.Errorf("source: postgres snapshot: commit: %w", err)
-	}
-	return st, nil
+	return s.snapshot(ctx, snapshotName, from, emit)
 }
 
 // LogicalHandler receives what StreamLogical reads; it exists so the
