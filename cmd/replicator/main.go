@@ -48,6 +48,9 @@ commands:
       Compare a sink with an archive or a live Postgres deployment (one
       snapshot of it): metas, revisions (info and payload) and blobs.
       Exit 0 only if equal.
+  reconcile --archive ARCHIVE|--source postgres://... --sink URL [--dry-run]
+      Report how a sink differs from its source and publish the missing or
+      older records onto the stream for run to apply; deletes nothing.
   status [--json]
       Per sink: pending events, ack floor, oldest unacked event's age,
       redeliveries and dead letters.
@@ -83,6 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdMirror(ctx, rest, stdout, stderr, log)
 	case "verify":
 		return cmdVerify(ctx, rest, stdout, stderr, log)
+	case "reconcile":
+		return cmdReconcile(ctx, rest, stdout, stderr, log)
 	case "status":
 		return cmdStatus(ctx, rest, stdout, stderr, log)
 	case "dlq":

@@ -28,9 +28,10 @@ type sinkReader interface {
 
 // sourceRecord is one record of the source of truth and where it is.
 type sourceRecord struct {
-	Model  string
-	Record events.Record
-	Where  string // e.g. "frame 3 at offset 450"
+	Model   string
+	Record  events.Record
+	Where   string // e.g. "frame 3 at offset 450"
+	Payload []byte // the record's exact bytes where the source has them (an archive frame); nil re-encodes
 }
 
 // recordSource yields the records a sink should hold. An archive is one;
@@ -72,7 +73,7 @@ func (a *archiveSource) Records(ctx context.Context) iter.Seq2[sourceRecord, err
 			case *events.ModelStartRecord:
 				model = rec.ModelName
 			case *events.MetaRecord, *events.RevisionRecord, *events.BlobRecord:
-				if !yield(sourceRecord{Model: model, Record: rec, Where: fmt.Sprintf("frame %d at offset %d", fr.Index, fr.Offset)}, nil) {
+				if !yield(sourceRecord{Model: model, Record: rec, Where: fmt.Sprintf("frame %d at offset %d", fr.Index, fr.Offset), Payload: fr.Payload}, nil) {
 					return
 				}
 			}

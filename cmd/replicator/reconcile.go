@@ -1,0 +1,359 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/specstar/replicator/acbak"
+	"github.com/specstar/replicator/dedup"
+	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/progress"
+	"github.com/specstar/replicator/source"
+	"github.com/specstar/replicator/stream"
+)
+
+// Reconcile compares a sink with its source of truth and repairs the sink
+// by publishing the source's version of every record the sink lacks or
+// holds an older version of; `replicator run` then applies them. It never
+// deletes anything.
+//
+// Memory does not depend on the size of either store: the source is read
+// as a stream (an archive in file order, which is not sorted; a Postgres
+// snapshot in (model, resource_id) order) and every source record is
+// looked up in the sink point-wise through sinkReader, as verify does. The
+// sink is never listed, so resources only the sink holds are not found
+// (that would need a sorted walk of the sink merged with a sorted source:
+// --prune, not implemented yet).
+
+// reconcileStats counts what reconcile found and did.
+type reconcileStats struct {
+	Metas, Revisions, Blobs int // source records compared
+	Differences             int // every difference reported
+	Repairs                 int // differences a published record repairs (or would, with --dry-run)
+	Published               struct{ Metas, Revisions, Blobs int }
+}
+
+// repairer publishes the records reconcile decides to send.
+type repairer interface {
+	repair(ctx context.Context, rr sourceRecord) error
+}
+
+// reconcile compares every source record with the sink and hands each
+// missing or older one to fix (nil: dry run). Each difference goes to
+// report, one line each.
+func reconcile(ctx context.Context, src recordSource, snk sinkReader, h holds, fix repairer, report func(string)) (*reconcileStats, error) {
+	st := &reconcileStats{}
+	diff := func(rr sourceRecord, repair bool, format string, args ...any) error {
+		st.Differences++
+		action := "left alone"
+		if repair {
+			st.Repairs++
+			action = "to publish"
+			if fix != nil {
+				action = "published"
+			}
+		}
+		report(fmt.Sprintf("%s: %s: %s", rr.Where, fmt.Sprintf(format, args...), action))
+		if !repair || fix == nil {
+			return nil
+		}
+		if err := fix.repair(ctx, rr); err != nil {
+			return fmt.Errorf("%s: %w", rr.Where, err)
+		}
+		switch rr.Record.(type) {
+		case *events.MetaRecord:
+			st.Published.Metas++
+		case *events.RevisionRecord:
+			st.Published.Revisions++
+		case *events.BlobRecord:
+			st.Published.Blobs++
+		}
+		return nil
+	}
+	for rr, err := range src.Records(ctx) {
+		if err != nil {
+			return st, err
+		}
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		var derr error
+		switch rec := rr.Record.(type) {
+		case *events.MetaRecord:
+			st.Metas++
+			derr = reconcileMeta(ctx, rr, rec, snk, diff)
+		case *events.RevisionRecord:
+			if !h.revisions {
+				continue
+			}
+			st.Revisions++
+			derr = reconcileRevision(ctx, rr, rec, snk, diff)
+		case *events.BlobRecord:
+			if !h.blobs {
+				continue
+			}
+			st.Blobs++
+			derr = reconcileBlob(ctx, rr, rec, snk, diff)
+		}
+		if derr != nil {
+			return st, derr
+		}
+	}
+	return st, nil
+}
+
+type diffFunc func(rr sourceRecord, repair bool, format string, args ...any) error
+
+// reconcileMeta: a missing meta, or one older than the source's (earlier
+// updated_time, or fewer revisions at the same time), is published; a
+// newer one, or one that differs at equal time and count, is reported and
+// left alone (the sink keeps the newer meta anyway).
+func reconcileMeta(ctx context.Context, rr sourceRecord, rec *events.MetaRecord, snk sinkReader, diff diffFunc) error {
+	want, err := rec.Meta()
+	if err != nil {
+		return diff(rr, false, "source meta does not decode: %v", err)
+	}
+	got, err := snk.Meta(ctx, rr.Model, want.ResourceID)
+	if errors.Is(err, fs.ErrNotExist) {
+		return diff(rr, true, "model %q meta %q missing from the sink", rr.Model, want.ResourceID)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: model %q meta %q: %w", rr.Where, rr.Model, want.ResourceID, err)
+	}
+	if b, err := got.Encode(events.Msgpack); err == nil && bytes.Equal(b, rec.Data) {
+		return nil
+	}
+	c := got.UpdatedTime.Instant().Compare(want.UpdatedTime.Instant())
+	if c == 0 {
+		c = cmpInt(got.TotalRevisionCount, want.TotalRevisionCount)
+	}
+	desc := fmt.Sprintf("sink: updated %s, %d revisions, current %s; source: updated %s, %d revisions, current %s",
+		got.UpdatedTime.Format(), got.TotalRevisionCount, got.CurrentRevisionID,
+		want.UpdatedTime.Format(), want.TotalRevisionCount, want.CurrentRevisionID)
+	switch {
+	case c < 0:
+		return diff(rr, true, "model %q meta %q older in the sink (%s)", rr.Model, want.ResourceID, desc)
+	case c > 0:
+		return diff(rr, false, "model %q meta %q newer in the sink (%s)", rr.Model, want.ResourceID, desc)
+	default:
+		return diff(rr, false, "model %q meta %q differs at equal updated_time and revision count (%s)", rr.Model, want.ResourceID, desc)
+	}
+}
+
+func schemaVersion(v events.Opt[string]) string {
+	if !v.IsSet() {
+		return "none"
+	}
+	return strconv.Quote(v.Value)
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// reconcileRevision: a revision missing at (resource_id, revision_id,
+// schema_version), or whose data_hash, payload or info bytes differ, is
+// published (the sink's own rule decides which version stays).
+func reconcileRevision(ctx context.Context, rr sourceRecord, rec *events.RevisionRecord, snk sinkReader, diff diffFunc) error {
+	want, err := rec.Resource()
+	if err != nil {
+		return diff(rr, false, "source revision does not decode: %v", err)
+	}
+	wi := want.Info
+	info, data, err := snk.Revision(ctx, rr.Model, wi.ResourceID, wi.RevisionID, wi.SchemaVersion)
+	if errors.Is(err, fs.ErrNotExist) {
+		return diff(rr, true, "model %q resource %q revision %q (schema version %s) missing from the sink", rr.Model, wi.ResourceID, wi.RevisionID, schemaVersion(wi.SchemaVersion))
+	}
+	if err != nil {
+		return fmt.Errorf("%s: model %q revision %q: %w", rr.Where, rr.Model, wi.RevisionID, err)
+	}
+	switch {
+	case info.DataHash != wi.DataHash:
+		return diff(rr, true, "model %q resource %q revision %q: data_hash %s in the sink, %s in the source",
+			rr.Model, wi.ResourceID, wi.RevisionID, info.DataHash.Value, wi.DataHash.Value)
+	case !bytes.Equal(data, want.RawData):
+		return diff(rr, true, "model %q resource %q revision %q: payload differs (%d bytes in the sink, %d in the source)",
+			rr.Model, wi.ResourceID, wi.RevisionID, len(data), len(want.RawData))
+	}
+	got := events.RawResource{Info: *info, RawData: data}
+	if b, err := got.Encode(events.Msgpack); err != nil || !bytes.Equal(b, rec.Data) {
+		return diff(rr, true, "model %q resource %q revision %q: info differs (sink uid %s, source uid %s)",
+			rr.Model, wi.ResourceID, wi.RevisionID, info.UID, wi.UID)
+	}
+	return nil
+}
+
+// reconcileBlob: a missing blob is published; a blob file whose bytes do
+// not hash to its file_id is reported and left alone (content-addressed
+// sinks keep the file they have: remove it, then reconcile again).
+func reconcileBlob(ctx context.Context, rr sourceRecord, rec *events.BlobRecord, snk sinkReader, diff diffFunc) error {
+	bin, r, err := snk.OpenBlob(ctx, rec.FileID)
+	if errors.Is(err, fs.ErrNotExist) {
+		return diff(rr, true, "blob %s missing from the sink", rec.FileID)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: blob %s: %w", rr.Where, rec.FileID, err)
+	}
+	hs := dedup.NewFileIDHasher()
+	n, err := io.Copy(hs, r)
+	r.Close()
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s: blob %s: reading it: %w", rr.Where, rec.FileID, err)
+	case n != int64(len(rec.BlobData)) || dedup.HexSum(hs) != dedup.FileID(rec.BlobData):
+		return diff(rr, false, "blob %s: bytes differ (%d in the sink, %d in the source)", rec.FileID, n, len(rec.BlobData))
+	case bin.ContentType.Value != rec.ContentType:
+		return diff(rr, false, "blob %s: content type %q in the sink, %q in the source", rec.FileID, bin.ContentType.Value, rec.ContentType)
+	}
+	return nil
+}
+
+// busRepairer publishes repairs onto the event stream.
+type busRepairer struct {
+	bus *stream.Bus
+	pub *stream.Publisher
+	// suffix makes this run's message ids new: the records reconcile sends
+	// were usually published before, and within the duplicate window
+	// JetStream would drop them as duplicates (a purge does not forget
+	// message ids). The sinks are idempotent, so a record delivered twice
+	// is harmless.
+	suffix string
+}
+
+func (b *busRepairer) repair(ctx context.Context, rr sourceRecord) error {
+	rec, payload := rr.Record, rr.Payload
+	if blob, ok := rec.(*events.BlobRecord); ok {
+		size := len(payload)
+		if payload == nil {
+			size = len(blob.BlobData) // re-encoded: at least this large
+		}
+		if !b.pub.FitsInline(size) {
+			if err := b.pub.PutBlob(ctx, blob.FileID, blob.BlobData); err != nil {
+				return err
+			}
+			rec = &events.BlobRefRecord{FileID: blob.FileID, Size: blob.Size, ContentType: blob.ContentType, Bucket: b.bus.BlobBucket()}
+			payload = nil
+		}
+	}
+	env, err := events.EnvelopeFor(b.bus.Prefix(), rr.Model, rec, payload)
+	if err != nil {
+		return err
+	}
+	env.Headers[events.HeaderMsgID] += b.suffix
+	if err := b.pub.Publish(ctx, env); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	return nil
+}
+
+func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
+	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
+	var bf busFlags
+	bf.register(fs)
+	archive := fs.String("archive", "", "archive holding what the sink should hold")
+	pgURL := fs.String("source", "", "or a SpecStar Postgres deployment: postgres://... (blobs are not compared)")
+	sinkURL := fs.String("sink", "", "sink to reconcile")
+	lenient := fs.Bool("lenient", false, "read the archive leniently (see writer verify)")
+	dryRun := fs.Bool("dry-run", false, "report the differences, publish nothing")
+	prune := fs.Bool("prune", false, "also purge resources only the sink holds (not implemented yet)")
+	pos, ok := parse(fs, args, stderr)
+	if !ok {
+		return exitUsage
+	}
+	if len(pos) != 0 || (*archive == "") == (*pgURL == "") || *sinkURL == "" {
+		fmt.Fprintln(stderr, "replicator reconcile: want --archive ARCHIVE or --source postgres://..., and --sink URL")
+		return exitUsage
+	}
+	if *prune {
+		fmt.Fprintln(stderr, "replicator reconcile: --prune is not implemented yet")
+		return exitUsage
+	}
+	spec, err := parseSink(*sinkURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "replicator reconcile: %v\n", err)
+		return exitUsage
+	}
+	if spec.kind == "disk" {
+		if _, err := os.Stat(spec.path); err != nil {
+			fmt.Fprintf(stderr, "replicator reconcile: sink %s: %v\n", spec.raw, err)
+			return exitFailed
+		}
+	}
+	snk, err := spec.open(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "replicator reconcile: %v\n", err)
+		return exitFailed
+	}
+	defer snk.Close()
+	reader, ok := snk.(sinkReader)
+	if !ok {
+		fmt.Fprintf(stderr, "replicator reconcile: sink %s cannot be read back\n", spec.raw)
+		return exitFailed
+	}
+
+	var fix *busRepairer
+	if !*dryRun {
+		bus, err := stream.Open(ctx, bf.cfg, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "replicator reconcile: %v\n", err)
+			return exitFailed
+		}
+		defer bus.Close()
+		fix = &busRepairer{bus: bus, pub: bus.NewPublisher(256), suffix: "-reconcile-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
+	}
+
+	var size int64
+	if st, err := os.Stat(*archive); err == nil && *archive != "" {
+		size = st.Size()
+	}
+	meter := progress.New("reconcile "+spec.raw, size, log)
+	var src recordSource = &archiveSource{path: *archive, opts: acbak.Options{Lenient: *lenient}, meter: meter}
+	from := *archive
+	if *pgURL != "" {
+		src, from = &postgresSource{url: *pgURL}, source.Redact(*pgURL)
+	}
+	var rep repairer
+	if fix != nil {
+		rep = fix
+	}
+	st, err := reconcile(ctx, src, reader, spec.holds(), rep, func(line string) { fmt.Fprintln(stdout, line) })
+	if err == nil && fix != nil {
+		if ferr := fix.pub.Flush(ctx); ferr != nil {
+			err = fmt.Errorf("flush: %w", ferr)
+		}
+	}
+	meter.Done()
+	if err != nil {
+		fmt.Fprintf(stderr, "replicator reconcile: %s: %v\n", from, err)
+		return exitFailed
+	}
+	fmt.Fprintf(stdout, "%s vs %s: %d metas, %d revisions, %d blobs compared, %d differences, %d to repair\n",
+		from, spec.raw, st.Metas, st.Revisions, st.Blobs, st.Differences, st.Repairs)
+	if fix == nil {
+		fmt.Fprintf(stdout, "dry run: 0 records published\n")
+		return exitOK
+	}
+	published := st.Published.Metas + st.Published.Revisions + st.Published.Blobs
+	then := ""
+	if published > 0 {
+		then = "; `replicator run` applies them"
+	}
+	fmt.Fprintf(stdout, "%d records published (%d metas, %d revisions, %d blobs; %d dropped as duplicates)%s\n",
+		published, st.Published.Metas, st.Published.Revisions, st.Published.Blobs, fix.pub.Stats.Duplicates, then)
+	return exitOK
+}
