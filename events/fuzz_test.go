@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/specstar/replicator/internal/testfixtures"
 )
@@ -172,5 +173,42 @@ func FuzzParseTime(f *testing.F) {
 		if back.Naive != tm.Naive || !back.Time.Truncate(1000).Equal(tm.Time.Truncate(1000)) {
 			t.Fatalf("%q -> %q -> %v", s, tm.Format(), back)
 		}
+	})
+}
+
+// FuzzDecodeOwnRecords covers our own additive tags, BlobRefRecord and
+// PurgeRecord, and the generic Binary reference finder.
+func FuzzDecodeOwnRecords(f *testing.F) {
+	ref, _ := (&BlobRefRecord{FileID: "64d2f845e7abbc3eaffacd9148e270be", Size: 70000, Bucket: "SPECSTAR_BLOBS"}).Encode(Msgpack)
+	purge, _ := (&PurgeRecord{ResourceID: "issue:1", PurgedTime: Time{Time: time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)}}).Encode(Msgpack)
+	f.Add(ref)
+	f.Add(purge)
+	f.Add([]byte(`{"file":{"file_id":"a6cd5e9392000f6ac44bdff4074eecdb","size":1}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if r, err := DecodeBlobRef(data); err == nil {
+			first, err := r.Encode(Msgpack)
+			if err == nil {
+				stable(t, "BlobRefRecord", first, func(b []byte) ([]byte, error) {
+					r2, err := DecodeBlobRef(b)
+					if err != nil {
+						return nil, err
+					}
+					return r2.Encode(Msgpack)
+				})
+			}
+		}
+		if p, err := DecodePurge(data); err == nil {
+			first, err := p.Encode(Msgpack)
+			if err == nil {
+				stable(t, "PurgeRecord", first, func(b []byte) ([]byte, error) {
+					p2, err := DecodePurge(b)
+					if err != nil {
+						return nil, err
+					}
+					return p2.Encode(Msgpack)
+				})
+			}
+		}
+		_, _ = PayloadBinaryRefs(data)
 	})
 }
