@@ -9,15 +9,11 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"os"
 	"strconv"
 	"time"
 
-	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/progress"
-	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -283,28 +279,12 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		fmt.Fprintln(stderr, "replicator reconcile: --prune is not implemented yet")
 		return exitUsage
 	}
-	spec, err := parseSink(*sinkURL)
-	if err != nil {
-		fmt.Fprintf(stderr, "replicator reconcile: %v\n", err)
-		return exitUsage
+	cs, code := openComparison(ctx, "reconcile", *sinkURL, *archive, *pgURL, *lenient, stderr, log)
+	if code != exitOK {
+		return code
 	}
-	if spec.kind == "disk" {
-		if _, err := os.Stat(spec.path); err != nil {
-			fmt.Fprintf(stderr, "replicator reconcile: sink %s: %v\n", spec.raw, err)
-			return exitFailed
-		}
-	}
-	snk, err := spec.open(ctx)
-	if err != nil {
-		fmt.Fprintf(stderr, "replicator reconcile: %v\n", err)
-		return exitFailed
-	}
-	defer snk.Close()
-	reader, ok := snk.(sinkReader)
-	if !ok {
-		fmt.Fprintf(stderr, "replicator reconcile: sink %s cannot be read back\n", spec.raw)
-		return exitFailed
-	}
+	defer cs.Close()
+	spec, reader, src, from, meter := cs.spec, cs.reader, cs.src, cs.from, cs.meter
 
 	var fix *busRepairer
 	if !*dryRun {
@@ -317,16 +297,6 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		fix = &busRepairer{bus: bus, pub: bus.NewPublisher(256), suffix: "-reconcile-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	}
 
-	var size int64
-	if st, err := os.Stat(*archive); err == nil && *archive != "" {
-		size = st.Size()
-	}
-	meter := progress.New("reconcile "+spec.raw, size, log)
-	var src recordSource = &archiveSource{path: *archive, opts: acbak.Options{Lenient: *lenient}, meter: meter}
-	from := *archive
-	if *pgURL != "" {
-		src, from = &postgresSource{url: *pgURL}, source.Redact(*pgURL)
-	}
 	var rep repairer
 	if fix != nil {
 		rep = fix

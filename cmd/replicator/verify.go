@@ -220,6 +220,56 @@ func missingOr(err error) string {
 	return err.Error()
 }
 
+// openComparison opens the sink to read back and the source of truth that
+// verify and reconcile compare: --archive or --source postgres://. cmd
+// names the command in messages; code is the exit status on failure.
+func openComparison(ctx context.Context, cmd, sinkURL, archive, pgURL string, lenient bool, stderr io.Writer, log *slog.Logger) (c *comparisonSetup, code int) {
+	spec, err := parseSink(sinkURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "replicator %s: %v\n", cmd, err)
+		return nil, exitUsage
+	}
+	if spec.kind == "disk" {
+		if _, err := os.Stat(spec.path); err != nil {
+			fmt.Fprintf(stderr, "replicator %s: sink %s: %v\n", cmd, spec.raw, err)
+			return nil, exitFailed
+		}
+	}
+	snk, err := spec.open(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "replicator %s: %v\n", cmd, err)
+		return nil, exitFailed
+	}
+	reader, ok := snk.(sinkReader)
+	if !ok {
+		snk.Close()
+		fmt.Fprintf(stderr, "replicator %s: sink %s cannot be read back\n", cmd, spec.raw)
+		return nil, exitFailed
+	}
+	var size int64
+	if st, err := os.Stat(archive); err == nil && archive != "" {
+		size = st.Size()
+	}
+	c = &comparisonSetup{spec: spec, sink: snk, reader: reader, meter: progress.New(cmd+" "+spec.raw, size, log), from: archive}
+	c.src = &archiveSource{path: archive, opts: acbak.Options{Lenient: lenient}, meter: c.meter}
+	if pgURL != "" {
+		c.src, c.from = &postgresSource{url: pgURL}, source.Redact(pgURL)
+	}
+	return c, exitOK
+}
+
+// comparisonSetup is what openComparison opened; Close releases the sink.
+type comparisonSetup struct {
+	spec   *sinkSpec
+	sink   applier
+	reader sinkReader
+	src    recordSource
+	from   string // the source, for messages
+	meter  *progress.Meter
+}
+
+func (c *comparisonSetup) Close() { c.sink.Close() }
+
 func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	archive := fs.String("archive", "", "archive holding what the sink should hold")
@@ -234,42 +284,15 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		fmt.Fprintln(stderr, "replicator verify: want --archive ARCHIVE or --source postgres://..., and --sink URL")
 		return exitUsage
 	}
-	spec, err := parseSink(*sinkURL)
+	cs, code := openComparison(ctx, "verify", *sinkURL, *archive, *pgURL, *lenient, stderr, log)
+	if code != exitOK {
+		return code
+	}
+	defer cs.Close()
+	c, err := compareSink(ctx, cs.src, cs.reader, cs.spec.holds(), func(line string) { fmt.Fprintln(stdout, line) })
+	cs.meter.Done()
 	if err != nil {
-		fmt.Fprintf(stderr, "replicator verify: %v\n", err)
-		return exitUsage
-	}
-	if spec.kind == "disk" {
-		if _, err := os.Stat(spec.path); err != nil {
-			fmt.Fprintf(stderr, "replicator verify: sink %s: %v\n", spec.raw, err)
-			return exitFailed
-		}
-	}
-	snk, err := spec.open(ctx)
-	if err != nil {
-		fmt.Fprintf(stderr, "replicator verify: %v\n", err)
-		return exitFailed
-	}
-	defer snk.Close()
-	reader, ok := snk.(sinkReader)
-	if !ok {
-		fmt.Fprintf(stderr, "replicator verify: sink %s cannot be read back\n", spec.raw)
-		return exitFailed
-	}
-	var size int64
-	if st, err := os.Stat(*archive); err == nil && *archive != "" {
-		size = st.Size()
-	}
-	meter := progress.New("verify "+spec.raw, size, log)
-	var src recordSource = &archiveSource{path: *archive, opts: acbak.Options{Lenient: *lenient}, meter: meter}
-	from := *archive
-	if *pgURL != "" {
-		src, from = &postgresSource{url: *pgURL}, source.Redact(*pgURL)
-	}
-	c, err := compareSink(ctx, src, reader, spec.holds(), func(line string) { fmt.Fprintln(stdout, line) })
-	meter.Done()
-	if err != nil {
-		fmt.Fprintf(stderr, "replicator verify: %s: %v\n", from, err)
+		fmt.Fprintf(stderr, "replicator verify: %s: %v\n", cs.from, err)
 		return exitFailed
 	}
 	verdict := "equal"
@@ -277,7 +300,7 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		verdict = "DIFFERENT"
 	}
 	fmt.Fprintf(stdout, "%s vs %s: %s: %d metas, %d revisions, %d blobs compared, %d differences\n",
-		from, spec.raw, verdict, c.Metas, c.Revisions, c.Blobs, c.Differences)
+		cs.from, cs.spec.raw, verdict, c.Metas, c.Revisions, c.Blobs, c.Differences)
 	if c.Differences > 0 {
 		return exitFailed
 	}
