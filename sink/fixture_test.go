@@ -54,9 +54,15 @@ type record struct {
 	blob  *events.BlobRecord
 }
 
+// readArchive reads a disk-layout variant's archive.
 func readArchive(t *testing.T, name string) []record {
 	t.Helper()
-	path := testfixtures.Path(t, "disk-layout", name+".acbak")
+	return readArchiveFile(t, testfixtures.Path(t, "disk-layout", name+".acbak"))
+}
+
+// readArchiveFile reads the Meta, Revision and Blob records of an archive.
+func readArchiveFile(t testing.TB, path string) []record {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/testfixtures"
@@ -135,39 +134,7 @@ func pgFlush(t testing.TB, p *Postgres) {
 // fixture archive.
 func pgReadArchive(t testing.TB, name string) []record {
 	t.Helper()
-	path := testfixtures.Path(t, name)
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, _ := f.Stat()
-	var recs []record
-	model := ""
-	for fr, err := range acbak.NewReader(f, acbak.Options{Size: st.Size()}).All() {
-		if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		switch r := fr.Record.(type) {
-		case *events.ModelStartRecord:
-			model = r.ModelName
-		case *events.MetaRecord:
-			m, err := r.Meta()
-			if err != nil {
-				t.Fatal(err)
-			}
-			recs = append(recs, record{model: model, raw: r.Data, meta: m})
-		case *events.RevisionRecord:
-			res, err := r.Resource()
-			if err != nil {
-				t.Fatal(err)
-			}
-			recs = append(recs, record{model: model, raw: r.Data, rev: res})
-		case *events.BlobRecord:
-			recs = append(recs, record{model: model, blob: r})
-		}
-	}
-	return recs
+	return readArchiveFile(t, testfixtures.Path(t, name))
 }
 
 // pgApply applies records from several goroutines at once, as the
