@@ -1,0 +1,195 @@
+package deployment
+
+import (
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Config is a configuration file: named deployments, and the event bus
+// settings every command shares, so that a region's replicator and writer
+// are described once instead of by long flag lists.
+//
+//	nats:                    # url, or any bus flag by name: stream, subject-prefix, data-dir,
+//	  url: nats://a:4222     # replicas, max-age, max-bytes, retention, duplicate-window,
+//	  stream: SPECSTAR       # mirror-of, mirror-domain, mirror-api-prefix, domain, max-inflight
+//	deployments:
+//	  prod:
+//	    meta: postgres://app@db/app?sslmode=disable
+//	    resources: s3://specstar/{model}/data/?region=eu-west-1
+//	    blobs: s3://specstar/blobs/?region=eu-west-1
+//	  mirror:
+//	    url: disk:/var/lib/specstar-mirror
+//
+// ${VAR} in the file is replaced by the environment variable VAR (an unset
+// one is an error), so secrets stay out of it.
+type Config struct {
+	// Path is the file the configuration was read from, for messages.
+	Path string `json:"-"`
+	// NATS holds bus flag values by flag name; a flag given on the
+	// command line wins.
+	NATS map[string]string `json:"nats,omitempty"`
+	// Deployments by name.
+	Deployments map[string]Deployment `json:"deployments,omitempty"`
+}
+
+// busFlagNames are the keys the nats section accepts: the bus flags of
+// `writer` and `replicator`.
+var busFlagNames = []string{
+	"url", "nats", "stream", "subject-prefix", "data-dir", "replicas", "max-age", "max-bytes",
+	"retention", "duplicate-window", "mirror-of", "mirror-domain", "mirror-api-prefix", "domain",
+	"max-inflight",
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// Load reads and checks a configuration file.
+func Load(path string) (*Config, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(path, raw)
+}
+
+// Parse checks a configuration held in memory; path names it in errors.
+func Parse(path string, raw []byte) (*Config, error) {
+	var missing []string
+	expanded := envRef.ReplaceAllStringFunc(string(raw), func(ref string) string {
+		name := envRef.FindStringSubmatch(ref)[1]
+		v, ok := os.LookupEnv(name)
+		if !ok {
+			missing = append(missing, name)
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("config %s: environment variables not set: %s", path, strings.Join(missing, ", "))
+	}
+	c := &Config{Path: path}
+	if err := yaml.UnmarshalStrict([]byte(expanded), c); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	for k := range c.NATS {
+		if !slices.Contains(busFlagNames, k) {
+			return nil, fmt.Errorf("config %s: nats.%s: unknown setting (known: %s)", path, k, strings.Join(busFlagNames, ", "))
+		}
+	}
+	for name, d := range c.Deployments {
+		if name == "" || strings.ContainsAny(name, ":/ ") {
+			return nil, fmt.Errorf("config %s: deployment name %q: use letters, digits, '-' and '_'", path, name)
+		}
+		d.Name = name
+		r, err := d.Resolved()
+		if err != nil {
+			return nil, fmt.Errorf("config %s: %w", path, err)
+		}
+		r.Name = name
+		c.Deployments[name] = r
+	}
+	return c, nil
+}
+
+// Lookup returns the named deployment.
+func (c *Config) Lookup(name string) (Deployment, bool) {
+	if c == nil {
+		return Deployment{}, false
+	}
+	d, ok := c.Deployments[name]
+	return d, ok
+}
+
+// ApplyFlags sets the flags of fs that the nats section names and the
+// command line did not set; settings fs does not have are ignored (not
+// every command talks to the bus the same way).
+func (c *Config) ApplyFlags(fs *flag.FlagSet) error {
+	if c == nil {
+		return nil
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	keys := make([]string, 0, len(c.NATS))
+	for k := range c.NATS {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		name := k
+		if k == "url" {
+			name = "nats" // the flag's name
+		}
+		if set[name] || fs.Lookup(name) == nil {
+			continue
+		}
+		if err := fs.Set(name, c.NATS[k]); err != nil {
+			return fmt.Errorf("config %s: nats.%s: %w", c.Path, k, err)
+		}
+	}
+	return nil
+}
+
+// Flags are the per-layer flags (--meta, --resources, --blobs) and
+// --config of a command; Resolve turns them and a positional or --sink /
+// --source value into deployments.
+type Flags struct {
+	Config    string
+	Meta      string
+	Resources string
+	Blobs     string
+}
+
+// Register adds --config, --meta, --resources and --blobs to fs; what
+// says what the deployment is for ("source", "sink").
+func (f *Flags) Register(fs *flag.FlagSet, what string) {
+	fs.StringVar(&f.Config, "config", os.Getenv("SPECSTAR_CONFIG"), "YAML file with named deployments and nats settings (default $SPECSTAR_CONFIG)")
+	fs.StringVar(&f.Meta, "meta", "", what+" deployment's meta store: disk:/path or postgres://...")
+	fs.StringVar(&f.Resources, "resources", "", what+" deployment's resource store: disk:/path, postgres://... or s3://bucket/{model}/data/?endpoint=...")
+	fs.StringVar(&f.Blobs, "blobs", "", what+" deployment's blob store: disk:/path or s3://bucket/blobs/?endpoint=...")
+}
+
+// Load reads the --config file, if any (nil without one).
+func (f *Flags) Load() (*Config, error) {
+	if f.Config == "" {
+		return nil, nil
+	}
+	return Load(f.Config)
+}
+
+// Layered reports whether any of --meta, --resources, --blobs was given.
+func (f *Flags) Layered() bool { return f.Meta != "" || f.Resources != "" || f.Blobs != "" }
+
+// FromFlags is the unnamed deployment --meta, --resources and --blobs
+// describe, over base (a URL given as --source/--sink or positionally,
+// serving the layers the flags leave empty; may be "").
+func (f *Flags) FromFlags(base string) (Deployment, error) {
+	d := Deployment{URL: base, Meta: f.Meta, Resources: f.Resources, Blobs: f.Blobs}
+	return d.Resolved()
+}
+
+// Resolve turns one --sink/--source value into a deployment: the name of a
+// deployment of cfg, or a store URL (a disk path, disk:, postgres://,
+// s3://) serving every layer it can.
+func Resolve(cfg *Config, value string) (Deployment, error) {
+	if d, ok := cfg.Lookup(value); ok {
+		return d, nil
+	}
+	return Deployment{URL: value}.Resolved()
+}
+
+// redact hides a URL's password, for logs.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}

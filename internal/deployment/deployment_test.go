@@ -1,0 +1,150 @@
+package deployment
+
+import (
+	"flag"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestResolved(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      Deployment
+		want    Deployment
+		wantErr string
+	}{
+		{name: "disk url serves all three", in: Deployment{URL: "disk:/m"},
+			want: Deployment{Meta: "disk:/m", Resources: "disk:/m", Blobs: "disk:/m"}},
+		{name: "plain path is disk", in: Deployment{URL: "/m"},
+			want: Deployment{Meta: "/m", Resources: "/m", Blobs: "/m"}},
+		{name: "postgres url has no blob store", in: Deployment{URL: "postgres://h/db"},
+			want: Deployment{Meta: "postgres://h/db", Resources: "postgres://h/db"}},
+		{name: "postgres+s3", in: Deployment{Meta: "postgres://h/db", Resources: "s3://b/{model}/data/", Blobs: "s3://b/blobs/"},
+			want: Deployment{Meta: "postgres://h/db", Resources: "s3://b/{model}/data/", Blobs: "s3://b/blobs/"}},
+		{name: "layer overrides url", in: Deployment{URL: "postgres://h/db", Resources: "s3://b/", Blobs: "disk:/blobs"},
+			want: Deployment{Meta: "postgres://h/db", Resources: "s3://b/", Blobs: "disk:/blobs"}},
+		{name: "s3 cannot hold metas", in: Deployment{Meta: "s3://b/"}, wantErr: "cannot hold meta"},
+		{name: "postgres cannot hold blobs", in: Deployment{Meta: "postgres://h/db", Blobs: "postgres://h/db"}, wantErr: "cannot hold blobs"},
+		{name: "unknown scheme", in: Deployment{URL: "gs://b/"}, wantErr: "unknown store"},
+		{name: "empty", in: Deployment{}, wantErr: "no store given"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.in.Resolved()
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSingle(t *testing.T) {
+	tests := []struct {
+		in   Deployment
+		want string
+		ok   bool
+	}{
+		{Deployment{Meta: "disk:/m", Resources: "disk:/m", Blobs: "disk:/m"}, "disk:/m", true},
+		{Deployment{Meta: "postgres://h/db", Resources: "postgres://h/db"}, "postgres://h/db", true},
+		{Deployment{Meta: "postgres://h/db", Resources: "s3://b/"}, "", false},
+	}
+	for _, tt := range tests {
+		got, ok := tt.in.Single()
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("%+v: Single() = %q, %v; want %q, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	t.Setenv("TEST_PG_PASSWORD", "s3cret")
+	good := `
+nats:
+  url: nats://a:4222
+  mirror-of: SPECSTAR
+  duplicate-window: 2m
+deployments:
+  prod:
+    meta: postgres://app:${TEST_PG_PASSWORD}@db/app
+    resources: s3://specstar/{model}/data/?region=eu-west-1
+    blobs: s3://specstar/blobs/
+  mirror:
+    url: disk:/var/lib/mirror
+`
+	c, err := Parse("good.yaml", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod, ok := c.Lookup("prod")
+	if !ok || prod.Meta != "postgres://app:s3cret@db/app" || prod.Resources != "s3://specstar/{model}/data/?region=eu-west-1" {
+		t.Fatalf("prod = %+v", prod)
+	}
+	if s := prod.String(); strings.Contains(s, "s3cret") || !strings.HasPrefix(s, "prod (") {
+		t.Errorf("String() = %q: want the name and no password", s)
+	}
+	mirror, _ := c.Lookup("mirror")
+	if u, ok := mirror.Single(); !ok || u != "disk:/var/lib/mirror" {
+		t.Fatalf("mirror = %+v", mirror)
+	}
+
+	// Flags: the file fills what the command line left unset.
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	natsURL := fs.String("nats", "", "")
+	mirrorOf := fs.String("mirror-of", "", "")
+	window := fs.Duration("duplicate-window", time.Hour, "")
+	if err := fs.Parse([]string{"-mirror-of", "OTHER"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ApplyFlags(fs); err != nil {
+		t.Fatal(err)
+	}
+	if *natsURL != "nats://a:4222" || *mirrorOf != "OTHER" || *window != 2*time.Minute {
+		t.Fatalf("flags: nats=%q mirror-of=%q window=%v", *natsURL, *mirrorOf, *window)
+	}
+
+	bad := []struct{ name, yaml, want string }{
+		{"unset env", "deployments:\n  a:\n    url: postgres://u:${TEST_NOT_SET_XYZ}@h/db\n", "TEST_NOT_SET_XYZ"},
+		{"unknown nats key", "nats:\n  sream: X\n", "nats.sream"},
+		{"unknown deployment key", "deployments:\n  a:\n    metas: disk:/x\n", "metas"},
+		{"s3 meta", "deployments:\n  a:\n    meta: s3://b/\n", `deployment "a": meta`},
+		{"bad name", "deployments:\n  \"a/b\":\n    url: disk:/x\n", "deployment name"},
+	}
+	for _, b := range bad {
+		t.Run(b.name, func(t *testing.T) {
+			_, err := Parse("bad.yaml", []byte(b.yaml))
+			if err == nil || !strings.Contains(err.Error(), b.want) || !strings.Contains(err.Error(), "bad.yaml") {
+				t.Fatalf("err = %v, want it to name bad.yaml and %q", err, b.want)
+			}
+		})
+	}
+}
+
+func TestResolveNameOrURL(t *testing.T) {
+	c, err := Parse("c.yaml", []byte("deployments:\n  mirror:\n    url: disk:/m\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Resolve(c, "mirror")
+	if err != nil || d.Name != "mirror" || d.Meta != "disk:/m" {
+		t.Fatalf("Resolve(mirror) = %+v, %v", d, err)
+	}
+	d, err = Resolve(c, "postgres://h/db")
+	if err != nil || d.Meta != "postgres://h/db" || d.Blobs != "" {
+		t.Fatalf("Resolve(url) = %+v, %v", d, err)
+	}
+	// Without a config file a bare word is a relative disk path.
+	d, err = Resolve(nil, "mirror")
+	if err != nil || d.Meta != "mirror" {
+		t.Fatalf("Resolve(nil, mirror) = %+v, %v", d, err)
+	}
+}
