@@ -15,6 +15,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"iter"
 	"regexp"
 	"slices"
 	"strings"
@@ -22,6 +24,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -50,12 +53,38 @@ type PostgresOptions struct {
 	Models []string
 	// Revisions reads revisions from {prefix}resource_data and
 	// {prefix}resource_index. False: the deployment keeps them elsewhere
-	// (S3, disk) and only MetaRecords are emitted.
+	// (S3, disk): they are read from RevisionsFrom, or, without it, only
+	// MetaRecords are emitted.
 	Revisions bool
-	// Blobs is the deployment's DiskBlobStore directory, if its blobs are
-	// on disk; the source itself does not read it (the publisher does).
+	// RevisionsFrom, with Revisions false, is the deployment's resource
+	// store (its S3 store, say): after each MetaRecord the resource's
+	// revisions listed there are emitted as RevisionRecords.
+	RevisionsFrom RevisionLister
+	// RevisionsWait bounds how long a resource whose current revision is
+	// not (yet) listed by RevisionsFrom is listed again before the read
+	// fails (0 = DefaultRevisionsWait). SpecStar writes the resource store
+	// before the meta, so only a lagging listing makes it wait.
+	RevisionsWait time.Duration
+	// Resources names the resource store RevisionsFrom reads (the
+	// resources= URL option, e.g. an s3:// URL); the source does not open
+	// it (the caller does) and refuses it without RevisionsFrom.
+	Resources string
+	// Blobs is the deployment's blob store (a DiskBlobStore directory or
+	// an s3:// URL); the source itself does not read it (the publisher
+	// does).
 	Blobs string
 }
+
+// RevisionLister lists one resource's revisions in a resource store kept
+// outside Postgres (sink.S3 is one); it exists so the Postgres source can
+// read a Postgres+S3 deployment without depending on the S3 code.
+type RevisionLister interface {
+	ResourceRevisions(ctx context.Context, model, rid string) iter.Seq2[*events.RawResource, error]
+}
+
+// DefaultRevisionsWait is PostgresOptions.RevisionsWait when none is given:
+// long enough for the listings of eventually consistent S3 servers.
+const DefaultRevisionsWait = 10 * time.Second
 
 // PostgresSource reads a SpecStar Postgres deployment; it exists to
 // replicate a live deployment (Snapshot, then Poll) rather than an archive.
@@ -134,6 +163,15 @@ func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*Postg
 	}
 	if err := checkConfigName("meta table template", strings.ReplaceAll(tmpl, "{model}", "")); err != nil {
 		return nil, err
+	}
+	if opts.Revisions && opts.RevisionsFrom != nil {
+		return nil, errors.New("source: revisions come either from the Postgres resource tables (revisions=true) or from RevisionsFrom, not both")
+	}
+	if opts.Resources != "" && opts.RevisionsFrom == nil {
+		return nil, fmt.Errorf("source: resource store %q given but not opened (RevisionsFrom is nil)", opts.Resources)
+	}
+	if opts.RevisionsWait <= 0 {
+		opts.RevisionsWait = DefaultRevisionsWait
 	}
 	if len(opts.Models) == 0 && !strings.Contains(tmpl, "{model}") {
 		return nil, fmt.Errorf("source: meta table template %q has no {model}: models cannot be discovered, list them", tmpl)
@@ -402,6 +440,7 @@ func (s *PostgresSource) emitResources(ctx context.Context, tx pgx.Tx, model, ta
 		return nil
 	}
 	metaRecs := make([]*events.MetaRecord, len(page))
+	metas := make([]*events.ResourceMeta, len(page))
 	for i := range page {
 		meta, err := events.DecodeResourceMeta(s.enc, page[i].data)
 		if err != nil {
@@ -411,11 +450,17 @@ func (s *PostgresSource) emitResources(ctx context.Context, tx pgx.Tx, model, ta
 		if err != nil {
 			return fmt.Errorf("source: postgres %s row %q: re-encode meta: %w", table, page[i].rid, err)
 		}
-		metaRecs[i] = &events.MetaRecord{Data: b}
+		metaRecs[i], metas[i] = &events.MetaRecord{Data: b}, meta
 	}
 	if !s.opts.Revisions {
 		for i := range page {
-			if err := emit(metaRecs[i], &page[i], true); err != nil {
+			var err error
+			if s.opts.RevisionsFrom != nil {
+				err = s.emitListed(ctx, model, table, &page[i], metas[i], metaRecs[i], emit)
+			} else {
+				err = emit(metaRecs[i], &page[i], true)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -496,4 +541,88 @@ func (s *PostgresSource) emitResources(ctx context.Context, tx pgx.Tx, model, ta
 		next++
 	}
 	return flush(true)
+}
+
+// emitListed emits a meta and then its resource's revisions as
+// RevisionsFrom lists them (each RawResource re-encoded to msgpack, as the
+// Postgres path does). The meta's current revision must be among them:
+// SpecStar writes the resource store before the meta, so it is missing
+// only while a listing lags; the resource is listed again, with backoff,
+// for up to RevisionsWait (revisions already emitted are not emitted
+// again), then the read fails naming the resource and the missing key.
+func (s *PostgresSource) emitListed(ctx context.Context, model, table string, m *metaRow, meta *events.ResourceMeta,
+	metaRec *events.MetaRecord, emit func(rec events.Record, m *metaRow, last bool) error) error {
+	var held events.Record = metaRec // held back one step, so the last record can be marked
+	done := map[string]bool{}        // (revision_id, schema_version) already emitted
+	found := false
+	listed := 0
+	bo := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond), backoff.WithMaxInterval(time.Second),
+		backoff.WithMaxElapsedTime(0))
+	deadline := time.Now().Add(s.opts.RevisionsWait)
+	for {
+		var lastMissing error
+		for raw, err := range s.opts.RevisionsFrom.ResourceRevisions(ctx, model, m.rid) {
+			if errors.Is(err, fs.ErrNotExist) {
+				// An index entry whose stored revision is gone (a purge
+				// half-way): skipped, as the store's own walks skip it.
+				// Should it be the current one, the wait below reports it.
+				lastMissing = err
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("source: postgres %s row %q: revisions from the resource store: %w", table, m.rid, err)
+			}
+			listed++
+			info := &raw.Info
+			if info.RevisionID == meta.CurrentRevisionID && sameVersion(info.SchemaVersion, meta.SchemaVersion) {
+				found = true
+			}
+			key := info.RevisionID + "\x00" + versionDir(info.SchemaVersion)
+			if done[key] {
+				continue
+			}
+			done[key] = true
+			b, err := raw.Encode(events.Msgpack)
+			if err != nil {
+				return fmt.Errorf("source: resource store of model %q: revision %q (uid %s): encode: %w", model, info.RevisionID, info.UID, err)
+			}
+			if err := emit(held, m, false); err != nil {
+				return err
+			}
+			held = &events.RevisionRecord{Data: b}
+		}
+		if found {
+			return emit(held, m, true)
+		}
+		wait := min(bo.NextBackOff(), time.Until(deadline))
+		if wait <= 0 {
+			err := fmt.Errorf("source: postgres %s row %q: its current revision %q is not in the resource store after %s "+
+				"(model %q, key resources/resource/%s/%s/%s/uid under the model's prefix; %d revisions listed)",
+				table, m.rid, meta.CurrentRevisionID, s.opts.RevisionsWait, model, m.rid, meta.CurrentRevisionID,
+				versionDir(meta.SchemaVersion), listed)
+			if lastMissing != nil {
+				err = fmt.Errorf("%w; last read error: %w", err, lastMissing)
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// sameVersion compares two schema versions, None (or UNSET) equal to None.
+func sameVersion(a, b events.Opt[string]) bool {
+	return a.IsSet() == b.IsSet() && (!a.IsSet() || a.Value == b.Value)
+}
+
+// versionDir is the resource store's p_schema_version: "v_{sv}" or
+// "no_ver" for None.
+func versionDir(sv events.Opt[string]) string {
+	if sv.IsSet() {
+		return "v_" + sv.Value
+	}
+	return "no_ver"
 }

@@ -243,8 +243,8 @@ func (s *PostgresSource) SnapshotAt(ctx context.Context, snapshotName string, fr
 // caller (the JetStream publisher) decides when a position is durable.
 type LogicalHandler struct {
 	// Record receives, per changed resource of a committed transaction,
-	// its MetaRecord and (with Revisions) every RevisionRecord, lsn being
-	// the transaction's end LSN.
+	// its MetaRecord and (with Revisions or RevisionsFrom) every
+	// RevisionRecord, lsn being the transaction's end LSN.
 	Record func(model string, rec events.Record, lsn pglogrepl.LSN) error
 	// Purge receives a meta row's DELETE (a permanent delete).
 	Purge func(model, resourceID string, lsn pglogrepl.LSN, committed time.Time) error
@@ -269,7 +269,10 @@ type LogicalHandler struct {
 // the WAL carries no value, e.g. unchanged TOAST), followed, with
 // Revisions, by the resource's revisions read with a plain REPEATABLE READ
 // query after the commit, i.e. all revisions existing then (a superset of
-// those at the commit; none if the resource was deleted since). Resources
+// those at the commit; none if the resource was deleted since), or, with
+// RevisionsFrom, listed from that store after the commit (SpecStar wrote
+// them before the meta; a lagging listing is waited for, see
+// PostgresOptions.RevisionsWait). Resources
 // whose resource_index / resource_data rows changed without their meta
 // are read back whole. Each meta row deleted gives a Purge. Standby status updates report
 // h.Confirmed() (never less than startLSN) at least every Heartbeat and

@@ -100,10 +100,10 @@ func (s *PostgresSource) snapshotCursor(ctx context.Context, tx pgx.Tx, models [
 // cursor's time minus overlap (0 means DefaultPollOverlap; negative, none)
 // so that a row committed late with an older updated_time is still seen
 // if it is at most overlap older than the newest row read. For each
-// changed meta it emits the MetaRecord and, with Revisions, every revision
-// of the resource (not only the new one: the sinks are idempotent, so this
-// is safe, but it costs one read and one write per revision of a changed
-// resource each time it changes). Rows re-read within the window are
+// changed meta it emits the MetaRecord and, with Revisions (or from
+// RevisionsFrom), every revision of the resource (not only the new one:
+// the sinks are idempotent, so this is safe, but it costs one read and
+// one write per revision of a changed resource each time it changes). Rows re-read within the window are
 // recognized by the md5 of their data (ModelCursor.Recent) and not emitted
 // again, so each poll costs a re-read of the window's rows but emits only
 // changes. A meta row that disappears (a permanent delete) is not

@@ -12,15 +12,18 @@ import (
 // that configure the source; all others go to the driver.
 var postgresURLKeys = map[string]bool{
 	"encoding": true, "meta_table": true, "table_prefix": true, "revisions": true, "models": true, "blobs": true,
+	"resources": true,
 }
 
 // ParsePostgresURL splits a source URL such as
 // postgres://user@host/db?sslmode=disable&table_prefix=p_&revisions=false
 // into the driver's DSN and the source options. revisions defaults to
 // true (a Postgres resource store); set revisions=false for a deployment
-// whose revisions live in S3 or on disk. blobs= names the deployment's
-// DiskBlobStore directory, whose blobs are then published with the
-// revisions that reference them.
+// whose revisions live in S3 or on disk. resources= names that resource
+// store (an s3:// URL, query-escaped) and implies revisions=false; the
+// caller opens it and sets RevisionsFrom. blobs= names the deployment's
+// blob store (a DiskBlobStore directory or an s3:// URL), whose blobs are
+// then published with the revisions that reference them.
 func ParsePostgresURL(raw string) (dsn string, opts PostgresOptions, err error) {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -52,6 +55,8 @@ func ParsePostgresURL(raw string) (dsn string, opts PostgresOptions, err error) 
 			opts.Revisions = v != "false" && v != "0" && v != "no"
 		case "blobs":
 			opts.Blobs = v
+		case "resources":
+			opts.Resources = v
 		case "models":
 			for _, m := range strings.Split(v, ",") {
 				if m != "" {
@@ -59,6 +64,9 @@ func ParsePostgresURL(raw string) (dsn string, opts PostgresOptions, err error) 
 				}
 			}
 		}
+	}
+	if opts.Resources != "" {
+		opts.Revisions = false
 	}
 	u.RawQuery = driver.Encode()
 	return u.String(), opts, nil
@@ -84,5 +92,11 @@ func PostgresID(dsn string, opts PostgresOptions) string {
 	if err == nil {
 		host = u.Host + u.Path
 	}
-	return fmt.Sprintf("postgres|%s|%s|%s|%s|%v", host, opts.TablePrefix, opts.MetaTable, strings.Join(opts.Models, ","), opts.Revisions)
+	id := fmt.Sprintf("postgres|%s|%s|%s|%s|%v", host, opts.TablePrefix, opts.MetaTable, strings.Join(opts.Models, ","), opts.Revisions)
+	if opts.Resources != "" {
+		// A deployment read with its resource store is another source
+		// than its metas alone: its position is kept apart.
+		id += "|" + Redact(opts.Resources)
+	}
+	return id
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/progress"
-	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/source"
 )
 
@@ -101,34 +100,34 @@ func (e *archiveExporter) endModel(ctx context.Context) error {
 func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
 	fs := flag.NewFlagSet("export", flag.ContinueOnError)
 	from := fs.String("from", "", "the deployment's Postgres: postgres://...?table_prefix=&revisions=true&blobs=DIR (as for writer snapshot)")
+	var stores storeFlags
+	stores.register(fs)
+	var config configFlag
+	config.register(fs)
 	path, ok := parseArgs(fs, args, stderr)
 	if !ok {
+		return exitUsage
+	}
+	if err := config.resolve(fs, from, &stores); err != nil {
+		fmt.Fprintf(stderr, "writer export: %v\n", err)
 		return exitUsage
 	}
 	if *from == "" {
 		fmt.Fprintln(stderr, "writer export: --from postgres://... is required")
 		return exitUsage
 	}
-	dsn, opts, err := source.ParsePostgresURL(*from)
-	if err != nil {
+	if _, _, err := source.ParsePostgresURL(*from); err != nil {
 		fmt.Fprintf(stderr, "writer export: %v\n", err)
 		return exitUsage
 	}
-	src, err := source.OpenPostgres(ctx, dsn, opts)
+	d, err := openDeployment(ctx, *from, stores)
 	if err != nil {
 		fmt.Fprintf(stderr, "writer export: %v\n", err)
 		return exitInvalid
 	}
-	defer src.Close()
-	e := &archiveExporter{seen: map[string]bool{}, log: log}
-	if opts.Blobs != "" {
-		bs, err := sink.OpenDiskBlobStore(opts.Blobs)
-		if err != nil {
-			fmt.Fprintf(stderr, "writer export: %v\n", err)
-			return exitInvalid
-		}
-		e.blobs = bs
-	}
+	defer d.close()
+	src := d.src
+	e := &archiveExporter{seen: map[string]bool{}, log: log, blobs: d.blobs}
 	// Written to a temporary file and renamed, so a failed export leaves
 	// no half archive under the name.
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".export-*.acbak")

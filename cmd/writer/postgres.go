@@ -64,7 +64,8 @@ func newTailMetrics() *tailMetrics {
 // pgPublisher couples a Postgres source with the stream and the stored
 // position of that source.
 type pgPublisher struct {
-	src    *source.PostgresSource
+	src    *source.PostgresSource // nil when publishing an S3 store alone
+	dep    *liveDeployment        // what src reads, closed with the publisher
 	bus    *stream.Bus
 	pub    *stream.Publisher
 	kv     jetstream.KeyValue
@@ -79,7 +80,8 @@ type pgPublisher struct {
 	bytes  int64
 }
 
-// blobOpener reads a deployment's blob store (sink.DiskBlobStore here).
+// blobOpener reads a deployment's blob store (sink.DiskBlobStore or
+// sink.S3).
 type blobOpener interface {
 	OpenBlob(ctx context.Context, fileID string) (*events.Binary, io.ReadCloser, error)
 }
@@ -126,6 +128,22 @@ func (p *pgPublisher) publishBlob(ctx context.Context, model string, ref events.
 		return err
 	}
 	defer r.Close()
+	if _, ok := p.blobs.(*sink.S3); ok {
+		// SpecStar's S3 blob objects carry the type as S3's Content-Type,
+		// and S3 fills in a default (binary/octet-stream) where SpecStar
+		// gave none; the payload's reference is SpecStar's own record of it.
+		bin.ContentType = events.Some(ref.ContentType)
+	}
+	return p.publishBlobData(ctx, model, ref.FileID, bin, r)
+}
+
+// publishBlobData publishes one blob read from r: inline as a BlobRecord
+// when it fits in a message, else streamed into the object store (never
+// held whole) with a BlobRefRecord.
+func (p *pgPublisher) publishBlobData(ctx context.Context, model, fileID string, bin *events.Binary, r io.Reader) error {
+	if !bin.Size.IsSet() {
+		return fmt.Errorf("the blob store does not say the size of blob %s", fileID)
+	}
 	size, ct := bin.Size.Value, bin.ContentType.Value
 	pub := p.pub
 	if pub.FitsInline(int(size) + 256) {
@@ -133,22 +151,26 @@ func (p *pgPublisher) publishBlob(ctx context.Context, model string, ref events.
 		if err != nil {
 			return err
 		}
-		return p.publish(ctx, model, &events.BlobRecord{FileID: ref.FileID, BlobData: data, Size: int64(len(data)), ContentType: ct})
+		return p.publish(ctx, model, &events.BlobRecord{FileID: fileID, BlobData: data, Size: int64(len(data)), ContentType: ct})
 	}
-	if err := pub.PutBlobStream(ctx, ref.FileID, size, r); err != nil {
+	if err := pub.PutBlobStream(ctx, fileID, size, r); err != nil {
 		return err
 	}
-	return p.publish(ctx, model, &events.BlobRefRecord{FileID: ref.FileID, Size: size, ContentType: ct, Bucket: p.bus.BlobBucket()})
+	return p.publish(ctx, model, &events.BlobRefRecord{FileID: fileID, Size: size, ContentType: ct, Bucket: p.bus.BlobBucket()})
 }
 
 type pgFlags struct {
 	from     string
+	stores   storeFlags
+	config   configFlag
 	cfg      stream.Config
 	inflight int
 }
 
 func (f *pgFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.from, "from", "", "the deployment's Postgres: postgres://user@host/db?table_prefix=&meta_table={model}_meta&encoding=msgpack&revisions=true&models=a,b")
+	f.stores.register(fs)
+	f.config.register(fs)
 	fs.StringVar(&f.cfg.URL, "nats", os.Getenv("NATS_URL"), "NATS server URL (default $NATS_URL; empty runs an embedded JetStream server)")
 	fs.StringVar(&f.cfg.Stream, "stream", "SPECSTAR", "JetStream stream name")
 	fs.StringVar(&f.cfg.SubjectPrefix, "subject-prefix", "specstar", "subject prefix of events")
@@ -157,38 +179,24 @@ func (f *pgFlags) register(fs *flag.FlagSet) {
 }
 
 func openPG(ctx context.Context, f *pgFlags, log *slog.Logger) (*pgPublisher, error) {
-	if f.from == "" {
-		return nil, errors.New("--from postgres://... is required")
-	}
-	dsn, opts, err := source.ParsePostgresURL(f.from)
-	if err != nil {
-		return nil, err
-	}
-	src, err := source.OpenPostgres(ctx, dsn, opts)
+	d, err := openDeployment(ctx, f.from, f.stores)
 	if err != nil {
 		return nil, err
 	}
 	bus, err := stream.Open(ctx, f.cfg, log)
 	if err != nil {
-		src.Close()
+		d.close()
 		return nil, err
 	}
 	kv, err := bus.Positions(ctx)
 	if err != nil {
 		bus.Close()
-		src.Close()
+		d.close()
 		return nil, err
 	}
-	h := xxh3.HashString128(source.PostgresID(dsn, opts)).Bytes()
-	p := &pgPublisher{src: src, bus: bus, pub: bus.NewPublisher(f.inflight), kv: kv, key: fmt.Sprintf("pg-%x", h[:8]), log: log, sent: map[string]bool{}}
-	if opts.Blobs != "" {
-		bs, err := sink.OpenDiskBlobStore(opts.Blobs)
-		if err != nil {
-			p.close()
-			return nil, err
-		}
-		p.blobs = bs
-	}
+	h := xxh3.HashString128(source.PostgresID(d.dsn, d.opts)).Bytes()
+	p := &pgPublisher{src: d.src, dep: d, bus: bus, pub: bus.NewPublisher(f.inflight), kv: kv, key: fmt.Sprintf("pg-%x", h[:8]),
+		log: log, sent: map[string]bool{}, blobs: d.blobs}
 	if e, err := kv.Get(ctx, p.key); err == nil {
 		if err := json.Unmarshal(e.Value(), &p.state); err != nil {
 			p.close()
@@ -203,7 +211,9 @@ func openPG(ctx context.Context, f *pgFlags, log *slog.Logger) (*pgPublisher, er
 
 func (p *pgPublisher) close() {
 	p.bus.Close()
-	p.src.Close()
+	if p.dep != nil {
+		p.dep.close()
+	}
 }
 
 func (p *pgPublisher) publish(ctx context.Context, model string, rec events.Record) error {
@@ -285,6 +295,13 @@ func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		return exitUsage
 	}
+	if err := f.config.resolve(fs, &f.from, &f.stores); err != nil {
+		fmt.Fprintf(stderr, "writer snapshot: %v\n", err)
+		return exitUsage
+	}
+	if f.from == "" && f.stores.resources != "" {
+		return snapshotS3(ctx, &f, stdout, stderr, log)
+	}
 	p, err := openPG(ctx, &f, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "writer snapshot: %v\n", err)
@@ -327,6 +344,10 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	listen := fs.String("listen", "127.0.0.1:9465", "address for /metrics, /healthz and /readyz (empty: off)")
 	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
+		return exitUsage
+	}
+	if err := f.config.resolve(fs, &f.from, &f.stores); err != nil {
+		fmt.Fprintf(stderr, "writer tail: %v\n", err)
 		return exitUsage
 	}
 	switch *mode {

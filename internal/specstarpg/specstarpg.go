@@ -1,8 +1,10 @@
 // Package specstarpg is a test writer: it writes a SpecStar Postgres
 // deployment (PostgresMetaStore meta tables, PostgresResourceStore
-// resource_data / resource_index) row for row as SpecStar does, so that
-// readers of those tables (source.PostgresSource) can be tested without
-// the Python library.
+// resource_data / resource_index) row for row as SpecStar does, or, with
+// Options.S3, the Postgres+S3 factory's deployment (metas in Postgres,
+// revisions and blobs in S3, written with the AWS SDK directly), so that
+// readers of those stores (source.PostgresSource, the S3 readers) can be
+// tested without the Python library.
 package specstarpg
 
 import (
@@ -35,6 +37,9 @@ type Options struct {
 	// Encoding of the meta data column, the info column and the payloads;
 	// UNSET means msgpack, the Postgres factories' default.
 	Encoding events.Opt[events.Encoding]
+	// S3, if set, keeps revisions (and blobs) in S3 as the Postgres+S3
+	// factory does: no resource_data / resource_index tables.
+	S3 *S3Target
 }
 
 // Writer writes SpecStar rows; it exists so tests can produce exactly what
@@ -44,6 +49,7 @@ type Writer struct {
 	prefix string
 	tmpl   string
 	enc    events.Encoding
+	s3     *S3Target // nil: revisions in the Postgres resource tables
 }
 
 // Write describes one create or update, as the arguments SpecStar's
@@ -65,6 +71,9 @@ type Written struct {
 	Info     *events.RevisionInfo
 	InfoData []byte // the info column
 	Data     []byte // the payload bytes (resource_data.data)
+	// Keys are the S3 objects written (S3 mode), in the order written:
+	// store/{uid}/data, store/{uid}/info, then the resource/.../uid index.
+	Keys []string
 }
 
 // ErrSameData is returned by Update when the payload hashes like the
@@ -81,6 +90,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Writer, error) {
 	if tmpl == "" {
 		tmpl = "{model}_meta"
 	}
+	s3t, err := opts.S3.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("specstarpg: connect: %w", err)
@@ -89,7 +102,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Writer, error) {
 		pool.Close()
 		return nil, fmt.Errorf("specstarpg: connect: %w", err)
 	}
-	return &Writer{pool: pool, prefix: opts.TablePrefix, tmpl: tmpl, enc: enc}, nil
+	return &Writer{pool: pool, prefix: opts.TablePrefix, tmpl: tmpl, enc: enc, s3: s3t}, nil
 }
 
 // Close closes the connections.
@@ -108,8 +121,9 @@ func (w *Writer) IndexTable() string { return w.prefix + "resource_index" }
 
 func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
 
-// CreateModel creates, if missing, a model's meta table and the resource
-// tables with the contract's schema (and the indexes a reader relies on).
+// CreateModel creates, if missing, a model's meta table and (without S3)
+// the resource tables with the contract's schema (and the indexes a reader
+// relies on).
 func (w *Writer) CreateModel(ctx context.Context, model string) error {
 	meta := w.MetaTable(model)
 	m, d, x := ident(meta), ident(w.DataTable()), ident(w.IndexTable())
@@ -142,6 +156,9 @@ func (w *Writer) CreateModel(ctx context.Context, model string) error {
     uid             TEXT NOT NULL REFERENCES ` + d + `(uid),
     PRIMARY KEY (resource_id, revision_id, schema_version))`,
 		`CREATE INDEX IF NOT EXISTS ` + ident("idx_"+w.IndexTable()+"_resource_id") + ` ON ` + x + ` (resource_id)`,
+	}
+	if w.s3 != nil {
+		stmts = stmts[:3] // the Postgres+S3 factory has no resource tables
 	}
 	for _, s := range stmts {
 		if _, err := w.pool.Exec(ctx, s); err != nil {
@@ -235,14 +252,18 @@ func (w *Writer) write(ctx context.Context, model, rid string, payload events.Va
 		if prev, err = events.DecodeResourceMeta(w.enc, raw); err != nil {
 			return nil, fmt.Errorf("%s: %w", where, err)
 		}
-		psv := NoneSchema
-		if prev.SchemaVersion.IsSet() {
-			psv = prev.SchemaVersion.Value
-		}
 		var rawInfo []byte
-		err := tx.QueryRow(ctx, `SELECT rd.info FROM `+ident(w.IndexTable())+` ri JOIN `+ident(w.DataTable())+
-			` rd ON rd.uid = ri.uid WHERE ri.resource_id = $1 AND ri.revision_id = $2 AND ri.schema_version = $3`,
-			rid, prev.CurrentRevisionID, psv).Scan(&rawInfo)
+		if w.s3 != nil {
+			rawInfo, err = w.s3CurrentInfo(ctx, model, prev)
+		} else {
+			psv := NoneSchema
+			if prev.SchemaVersion.IsSet() {
+				psv = prev.SchemaVersion.Value
+			}
+			err = tx.QueryRow(ctx, `SELECT rd.info FROM `+ident(w.IndexTable())+` ri JOIN `+ident(w.DataTable())+
+				` rd ON rd.uid = ri.uid WHERE ri.resource_id = $1 AND ri.revision_id = $2 AND ri.schema_version = $3`,
+				rid, prev.CurrentRevisionID, psv).Scan(&rawInfo)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: read current revision %q: %w", where, prev.CurrentRevisionID, err)
 		}
@@ -301,17 +322,15 @@ func (w *Writer) write(ctx context.Context, model, rid string, payload events.Va
 		return nil, fmt.Errorf("%s: meta: %w", where, err)
 	}
 
-	if _, err := tx.Exec(ctx, `INSERT INTO `+ident(w.DataTable())+` (uid, data, info) VALUES ($1, $2, $3)`,
-		info.UID, data, infoData); err != nil {
-		return nil, fmt.Errorf("%s: insert resource_data: %w", where, err)
-	}
-	isv := NoneSchema
-	if sv.IsSet() {
-		isv = sv.Value
-	}
-	if _, err := tx.Exec(ctx, `INSERT INTO `+ident(w.IndexTable())+` (resource_id, revision_id, schema_version, uid) VALUES ($1, $2, $3, $4)`,
-		rid, info.RevisionID, isv, info.UID); err != nil {
-		return nil, fmt.Errorf("%s: insert resource_index: %w", where, err)
+	// The resource store first, then the meta: SpecStar's order, so a
+	// reader that sees the meta finds its revision.
+	var keys []string
+	if w.s3 != nil {
+		if keys, err = w.s3PutRevision(ctx, model, info, data, infoData); err != nil {
+			return nil, fmt.Errorf("%s: %w", where, err)
+		}
+	} else if err := w.insertRevision(ctx, tx, info, data, infoData); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	var indexed any
 	if meta.IndexedData.Present {
@@ -350,5 +369,22 @@ func (w *Writer) write(ctx context.Context, model, rid string, payload events.Va
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("%s: commit: %w", where, err)
 	}
-	return &Written{Model: model, Meta: meta, MetaData: metaData, Info: info, InfoData: infoData, Data: data}, nil
+	return &Written{Model: model, Meta: meta, MetaData: metaData, Info: info, InfoData: infoData, Data: data, Keys: keys}, nil
+}
+
+// insertRevision writes a revision into the PostgresResourceStore tables.
+func (w *Writer) insertRevision(ctx context.Context, tx pgx.Tx, info *events.RevisionInfo, data, infoData []byte) error {
+	if _, err := tx.Exec(ctx, `INSERT INTO `+ident(w.DataTable())+` (uid, data, info) VALUES ($1, $2, $3)`,
+		info.UID, data, infoData); err != nil {
+		return fmt.Errorf("insert resource_data: %w", err)
+	}
+	isv := NoneSchema
+	if info.SchemaVersion.IsSet() {
+		isv = info.SchemaVersion.Value
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO `+ident(w.IndexTable())+` (resource_id, revision_id, schema_version, uid) VALUES ($1, $2, $3, $4)`,
+		info.ResourceID, info.RevisionID, isv, info.UID); err != nil {
+		return fmt.Errorf("insert resource_index: %w", err)
+	}
+	return nil
 }

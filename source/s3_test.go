@@ -1,0 +1,414 @@
+package source
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/s3test"
+	"github.com/specstar/replicator/internal/specstarpg"
+	"github.com/specstar/replicator/sink"
+)
+
+// The Postgres+S3 tests run a real versitygw (internal/s3test) beside the
+// shared Postgres: metas in Postgres, revisions in bucket "deploy", blobs
+// in bucket "files", written by the test writer with the AWS SDK; read
+// back through sink.S3.
+
+type s3Env struct {
+	srv    *s3test.Server
+	client *s3.Client
+	w      *specstarpg.Writer
+	store  *sink.S3
+}
+
+func newS3Env(t *testing.T) *s3Env {
+	t.Helper()
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	srv.CreateBucket(t, "deploy")
+	srv.CreateBucket(t, "files")
+	for _, kv := range srv.Env() { // sink.S3 takes credentials from the AWS chain
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	e := &s3Env{srv: srv, client: srv.Client(t)}
+	w, err := specstarpg.Open(ctx, pgTestDSN(), specstarpg.Options{TablePrefix: randomPrefix(),
+		S3: &specstarpg.S3Target{Client: e.client, Bucket: "deploy", BlobBucket: "files"}})
+	if err != nil {
+		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", pgTestDSN(), err)
+	}
+	t.Cleanup(func() {
+		if err := w.DropAll(context.Background()); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		w.Close()
+	})
+	e.w = w
+	store, err := sink.OpenS3(ctx, sink.S3Options{Bucket: "deploy", BlobBucket: "files", Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true})
+	if err != nil {
+		t.Fatalf("open the S3 store at %s: %v", srv.Endpoint, err)
+	}
+	t.Cleanup(func() { store.Close() })
+	e.store = store
+	return e
+}
+
+// source opens the Postgres source reading revisions from the S3 store.
+func (e *s3Env) source(t *testing.T, wait time.Duration) *PostgresSource {
+	t.Helper()
+	return openSource(t, prefixOf(e.w), PostgresOptions{RevisionsFrom: e.store, RevisionsWait: wait, Resources: "s3://deploy"})
+}
+
+// withBlobs adds model "report" to d: two resources whose payloads reference
+// blobs (one shared), and returns the blobs' bytes by file_id.
+func withBlobs(t *testing.T, w *specstarpg.Writer, d deployment) map[string][]byte {
+	t.Helper()
+	ctx := context.Background()
+	if err := w.CreateModel(ctx, "report"); err != nil {
+		t.Fatal(err)
+	}
+	data := map[string][]byte{}
+	var blobs []specstarpg.Blob
+	for i, b := range [][]byte{[]byte("hello"), bytes.Repeat([]byte("large "), 300_000), {}} {
+		blob, err := w.PutBlob(ctx, bytes.NewReader(b), []string{"text/plain", "application/octet-stream", ""}[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		data[blob.FileID], blobs = b, append(blobs, blob)
+	}
+	doc := func(title string, files ...specstarpg.Blob) events.Value {
+		var refs []any
+		for _, f := range files {
+			refs = append(refs, f.Value())
+		}
+		return events.Struct{Declared: 2, Fields: []events.StructField{{Name: "title", Value: title}, {Name: "files", Value: refs}}}
+	}
+	for _, wr := range []func() (*specstarpg.Written, error){
+		func() (*specstarpg.Written, error) {
+			return w.Create(ctx, "report", "doc:1", doc("one", blobs[0]), specstarpg.Write{})
+		},
+		func() (*specstarpg.Written, error) {
+			return w.Update(ctx, "report", "doc:1", doc("one+", blobs[0], blobs[1]), specstarpg.Write{})
+		},
+		func() (*specstarpg.Written, error) {
+			return w.Create(ctx, "report", "doc:2", doc("two", blobs[2]), specstarpg.Write{SchemaVersion: events.Some("v1")})
+		},
+	} {
+		written, err := wr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.add(written)
+	}
+	return data
+}
+
+// revKey names a revision by its triple.
+func revKey(info *events.RevisionInfo) string {
+	return info.RevisionID + "|" + versionDir(info.SchemaVersion)
+}
+
+// checkListed checks that recs are, per model and in resource_id order,
+// each resource's meta then exactly its revisions (in any order: the
+// store lists them in key order), with the bytes the writer wrote.
+func checkListed(t *testing.T, recs []emitted, want deployment) {
+	t.Helper()
+	var models []string
+	for m := range want {
+		models = append(models, m)
+	}
+	sort.Strings(models)
+	i := 0
+	next := func(what string) emitted {
+		t.Helper()
+		if i >= len(recs) {
+			t.Fatalf("the records ended before %s", what)
+		}
+		i++
+		return recs[i-1]
+	}
+	for _, m := range models {
+		var rids []string
+		for rid := range want[m] {
+			rids = append(rids, rid)
+		}
+		sort.Strings(rids)
+		for _, rid := range rids {
+			r := want[m][rid]
+			rec := next("the meta of " + rid)
+			mr, ok := rec.rec.(*events.MetaRecord)
+			if !ok || rec.model != m {
+				t.Fatalf("record %d: %s of %q, want the meta of %s %s", i-1, rec.rec.Tag(), rec.model, m, rid)
+			}
+			if !bytes.Equal(mr.Data, r.last.MetaData) {
+				t.Errorf("%s %s: meta bytes differ from what the writer wrote", m, rid)
+			}
+			left := map[string]*specstarpg.Written{}
+			for _, rev := range r.revs {
+				left[revKey(rev.Info)] = rev
+			}
+			for range r.revs {
+				rec := next(fmt.Sprintf("the revisions of %s", rid))
+				rr, ok := rec.rec.(*events.RevisionRecord)
+				if !ok {
+					t.Fatalf("record %d: %s, want a revision of %s", i-1, rec.rec.Tag(), rid)
+				}
+				res, err := rr.Resource()
+				if err != nil {
+					t.Fatal(err)
+				}
+				rev := left[revKey(&res.Info)]
+				if rev == nil {
+					t.Fatalf("record %d: revision %s of %s emitted twice or not written", i-1, revKey(&res.Info), rid)
+				}
+				delete(left, revKey(&res.Info))
+				if !bytes.Equal(msgpackOf(t, &res.Info), rev.InfoData) || !bytes.Equal(res.RawData, rev.Data) {
+					t.Errorf("%s revision %s differs from what the writer wrote", rid, rev.Info.RevisionID)
+				}
+				if !bytes.Equal(rr.Data, msgpackOf(t, &events.RawResource{Info: *rev.Info, RawData: rev.Data})) {
+					t.Errorf("%s revision %s: the record is not the msgpack RawResource", rid, rev.Info.RevisionID)
+				}
+			}
+			if got := recs[i-1].pos; got.Model != m || got.ResourceID != rid {
+				t.Errorf("position after %s %s is %+v", m, rid, got)
+			}
+		}
+	}
+	if i != len(recs) {
+		t.Errorf("%d records emitted, want %d", len(recs), i)
+	}
+}
+
+// TestPostgresS3Snapshot: a Postgres+S3 deployment written as SpecStar
+// writes it snapshots as each meta followed by all its revisions, bytes
+// equal to what was written; the blobs the payloads reference open from
+// S3 with their bytes and content types.
+func TestPostgresS3Snapshot(t *testing.T) {
+	ctx := context.Background()
+	e := newS3Env(t)
+	want := populate(t, e.w)
+	blobs := withBlobs(t, e.w, want)
+	src := e.source(t, 0)
+	recs, st := snapshotAll(t, src, Position{})
+	checkListed(t, recs, want)
+	if st.Metas != 9 || st.Revisions != 12+6+3 {
+		t.Errorf("stats: %d metas, %d revisions; want 9, 21", st.Metas, st.Revisions)
+	}
+	opened := 0
+	for _, rec := range recs {
+		rr, ok := rec.rec.(*events.RevisionRecord)
+		if !ok {
+			continue
+		}
+		res, _ := rr.Resource()
+		refs, err := events.PayloadBinaryRefs(res.RawData)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ref := range refs {
+			bin, r, err := e.store.OpenBlob(ctx, ref.FileID)
+			if err != nil {
+				t.Fatalf("blob %s referenced by %s: %v", ref.FileID, res.Info.RevisionID, err)
+			}
+			got, err := io.ReadAll(r)
+			r.Close()
+			if err != nil || !bytes.Equal(got, blobs[ref.FileID]) || bin.Size.Value != int64(len(got)) || ref.ContentType != "" && bin.ContentType.Value != ref.ContentType {
+				t.Errorf("blob %s: %d bytes (%v), %+v; want %d bytes, content type %q", ref.FileID, len(got), err, bin, len(blobs[ref.FileID]), ref.ContentType)
+			}
+			opened++
+		}
+	}
+	if opened != 4 {
+		t.Errorf("opened %d referenced blobs, want 4", opened)
+	}
+}
+
+// TestPostgresS3CurrentRevisionMissing: a meta whose current revision the
+// store does not list is waited for (a lagging listing) and then reported
+// by resource and key; when the object shows up within the wait the
+// snapshot completes, with no revision emitted twice.
+func TestPostgresS3CurrentRevisionMissing(t *testing.T) {
+	ctx := context.Background()
+	e := newS3Env(t)
+	d := deployment{}
+	if err := e.w.CreateModel(ctx, "issue"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []func() (*specstarpg.Written, error){
+		func() (*specstarpg.Written, error) {
+			return e.w.Create(ctx, "issue", "issue:1", payload("a", 1), specstarpg.Write{})
+		},
+		func() (*specstarpg.Written, error) {
+			return e.w.Update(ctx, "issue", "issue:1", payload("a", 2), specstarpg.Write{})
+		},
+	} {
+		wr, err := f()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.add(wr)
+	}
+	cur := d["issue"]["issue:1"].last
+	key := cur.Keys[2] // the index object of the current revision
+	if !strings.HasSuffix(key, "resources/resource/issue:1/issue:1:2/no_ver/uid") {
+		t.Fatalf("index key %q", key)
+	}
+	if _, err := e.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("deploy"), Key: aws.String(key)}); err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	_, err := e.source(t, 400*time.Millisecond).Snapshot(ctx, Position{}, func(string, events.Record, Position) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), `"issue:1"`) || !strings.Contains(err.Error(), "resources/resource/issue:1/issue:1:2/no_ver/uid") {
+		t.Fatalf("snapshot with the current revision missing: %v; want an error naming the resource and the key", err)
+	}
+	if time.Since(start) < 400*time.Millisecond {
+		t.Errorf("gave up after %s, before the 400ms wait", time.Since(start))
+	}
+
+	// The object appears while the source waits for it.
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, _ = e.client.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("deploy"), Key: aws.String(key), Body: strings.NewReader(cur.Info.UID)})
+	}()
+	recs, _ := snapshotAll(t, e.source(t, 10*time.Second), Position{})
+	checkListed(t, recs, d)
+}
+
+// TestPostgresS3Poll: polling a Postgres+S3 deployment emits each changed
+// meta with all its revisions read from S3.
+func TestPostgresS3Poll(t *testing.T) {
+	ctx := context.Background()
+	e := newS3Env(t)
+	d := populate(t, e.w)
+	src := e.source(t, 0)
+	_, st := snapshotAll(t, src, Position{})
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var got []emitted
+	done := make(chan error, 1)
+	recs := make(chan emitted, 100)
+	go func() {
+		done <- src.Poll(ctx, st.Cursor, 50*time.Millisecond, 0, func(model string, rec events.Record, _ Cursor) error {
+			recs <- emitted{model: model, rec: rec}
+			return nil
+		})
+	}()
+	wr, err := e.w.Update(ctx, "issue", "issue:002", payload("polled", 9), specstarpg.Write{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.add(wr)
+	changed := deployment{"issue": {"issue:002": d["issue"]["issue:002"]}}
+	deadline := time.After(5 * time.Second)
+	for len(got) < 1+len(changed["issue"]["issue:002"].revs) {
+		select {
+		case r := <-recs:
+			got = append(got, r)
+		case <-deadline:
+			t.Fatalf("Poll emitted %d records within 5s", len(got))
+		}
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Poll ended with %v", err)
+	}
+	for i := range got {
+		got[i].pos = Position{Model: "issue", ResourceID: "issue:002"} // Poll reports a cursor, not a position
+	}
+	checkListed(t, got, changed)
+}
+
+// TestSnapshotS3: the S3 store alone yields every revision of every model
+// and every blob once, each blob under the first model referencing it (an
+// unreferenced one under the first model, and counted).
+func TestSnapshotS3(t *testing.T) {
+	ctx := context.Background()
+	e := newS3Env(t)
+	want := populate(t, e.w)
+	blobs := withBlobs(t, e.w, want)
+	orphan, err := e.w.PutBlobBytes(ctx, []byte("nobody references me"), "text/plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs[orphan.FileID] = []byte("nobody references me")
+
+	revs := map[string]map[string][]byte{} // model -> triple -> record bytes
+	blobModel := map[string]string{}
+	var progressed int
+	st, err := SnapshotS3(ctx, e.store, e.store, nil, S3Handler{
+		Record: func(model string, rec events.Record) error {
+			rr := rec.(*events.RevisionRecord)
+			res, err := rr.Resource()
+			if err != nil {
+				return err
+			}
+			if revs[model] == nil {
+				revs[model] = map[string][]byte{}
+			}
+			if _, dup := revs[model][revKey(&res.Info)]; dup {
+				t.Errorf("%s revision %s emitted twice", model, revKey(&res.Info))
+			}
+			revs[model][revKey(&res.Info)] = rr.Data
+			return nil
+		},
+		Blob: func(ctx context.Context, model string, b *events.Binary, open func(context.Context) (io.ReadCloser, error)) error {
+			r, err := open(ctx)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			got, err := io.ReadAll(r)
+			if err != nil {
+				return err
+			}
+			if !bytes.Equal(got, blobs[b.FileID.Value]) {
+				t.Errorf("blob %s: bytes differ", b.FileID.Value)
+			}
+			blobModel[b.FileID.Value] = model
+			return nil
+		},
+		Progress: func(S3Stats) { progressed++ },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(st.Models) != "[issue report user]" || st.Revisions != 21 || st.Blobs != 4 || st.UnreferencedBlobs != 1 || progressed != 25 {
+		t.Errorf("stats %+v (progress called %d times)", st, progressed)
+	}
+	for m, rs := range want {
+		n := 0
+		for _, r := range rs {
+			for _, rev := range r.revs {
+				n++
+				b, ok := revs[m][revKey(rev.Info)]
+				if !ok || !bytes.Equal(b, msgpackOf(t, &events.RawResource{Info: *rev.Info, RawData: rev.Data})) {
+					t.Errorf("%s revision %s: missing or different", m, revKey(rev.Info))
+				}
+			}
+		}
+		if len(revs[m]) != n {
+			t.Errorf("model %s: %d revisions emitted, want %d", m, len(revs[m]), n)
+		}
+	}
+	for id := range blobs {
+		want := "report" // the only model referencing blobs
+		if id == orphan.FileID {
+			want = "issue" // the first model
+		}
+		if blobModel[id] != want {
+			t.Errorf("blob %s published under model %q, want %s", id, blobModel[id], want)
+		}
+	}
+}
