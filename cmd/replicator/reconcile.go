@@ -8,34 +8,43 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"log/slog"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/stream"
 )
 
 // Reconcile compares a sink with its source of truth and repairs the sink
 // by publishing the source's version of every record the sink lacks or
-// holds an older version of; `replicator run` then applies them. It never
-// deletes anything.
+// holds an older version of; `replicator run` then applies them. Without
+// --prune it never deletes anything.
 //
 // Memory does not depend on the size of either store: the source is read
 // as a stream (an archive in file order, which is not sorted; a Postgres
 // snapshot in (model, resource_id) order) and every source record is
-// looked up in the sink point-wise through sinkReader, as verify does. The
-// sink is never listed, so resources only the sink holds are not found
-// (that would need a sorted walk of the sink merged with a sorted source:
-// --prune, not implemented yet).
+// looked up in the sink point-wise through sinkReader, as verify does.
+//
+// --prune adds a second pass for what only the sink holds: during the
+// first, every (model, resource_id) the source holds a meta or revision of
+// goes into an on-disk set (idSet); then every resource whose meta the
+// sink holds is listed (sinkLister, in pages) and checked against the set
+// in batches, and each one the source does not hold gets a PurgeRecord at
+// its sink meta's updated_time, so that a sink holding a newer version
+// keeps it. Revisions and blobs held without a meta are not pruned.
 
 // reconcileStats counts what reconcile found and did.
 type reconcileStats struct {
 	Metas, Revisions, Blobs int // source records compared
 	Differences             int // every difference reported
 	Repairs                 int // differences a published record repairs (or would, with --dry-run)
-	Published               struct{ Metas, Revisions, Blobs int }
+	Published               struct{ Metas, Revisions, Blobs, Purges int }
+	Prune                   pruneStats
 }
 
 // repairer publishes the records reconcile decides to send.
@@ -45,8 +54,9 @@ type repairer interface {
 
 // reconcile compares every source record with the sink and hands each
 // missing or older one to fix (nil: dry run). Each difference goes to
-// report, one line each.
-func reconcile(ctx context.Context, src recordSource, snk sinkReader, h holds, fix repairer, report func(string)) (*reconcileStats, error) {
+// report, one line each. seen (nil without --prune) records what the
+// source holds.
+func reconcile(ctx context.Context, src recordSource, snk sinkReader, h holds, fix repairer, seen *sourceSeen, report func(string)) (*reconcileStats, error) {
 	st := &reconcileStats{}
 	diff := func(rr sourceRecord, repair bool, format string, args ...any) error {
 		st.Differences++
@@ -81,6 +91,11 @@ func reconcile(ctx context.Context, src recordSource, snk sinkReader, h holds, f
 		}
 		if err := ctx.Err(); err != nil {
 			return st, err
+		}
+		if seen != nil {
+			if err := seen.record(ctx, rr); err != nil {
+				return st, err
+			}
 		}
 		var derr error
 		switch rec := rr.Record.(type) {
@@ -219,6 +234,126 @@ func reconcileBlob(ctx context.Context, rr sourceRecord, rec *events.BlobRecord,
 	return nil
 }
 
+// sinkLister lists what a sink holds, in byte order, for --prune.
+type sinkLister interface {
+	Models(ctx context.Context) ([]string, error)
+	ResourceIDs(ctx context.Context, model string) iter.Seq2[string, error]
+}
+
+// pruneStats counts what the prune pass found and did.
+type pruneStats struct {
+	Models     int // sink models walked
+	Checked    int // sink resources checked
+	OnlyInSink int // of them, resources the source holds nothing of
+	Purges     int // purges published (or, with --dry-run, that would be)
+	LeftAlone  int // resources only in the sink that are not purged, and models left alone
+}
+
+// pruneModels are the models the prune pass walks: named (the sink URL's
+// models=, all this sink ever consumes) or listed.
+func pruneModels(ctx context.Context, lister sinkLister, named []string) ([]string, bool, error) {
+	if len(named) > 0 {
+		return slices.Compact(slices.Sorted(slices.Values(named))), true, nil
+	}
+	models, err := lister.Models(ctx)
+	return models, false, err
+}
+
+// prunePass walks every resource whose meta the sink holds, in the given
+// models, and publishes through fix (nil: dry run) a purge of each one the
+// source holds nothing of, at its sink meta's updated_time: the purge
+// removes that version or an older one in every sink consuming the
+// stream, and a sink holding a newer meta keeps it. Left alone, and
+// reported: a model the source holds nothing of, unless named (without a
+// prefix, a Postgres sink's model list may include another deployment's
+// tables); a meta updated after the source's newest change (the source
+// may have been read before it was made); a meta that cannot be read.
+func prunePass(ctx context.Context, lister sinkLister, snk sinkReader, models []string, named bool, seen *sourceSeen,
+	fix repairer, st *pruneStats, tick func(checked int), report func(string)) error {
+	for _, model := range models {
+		n, err := seen.ids.Resources(ctx, model)
+		if err != nil {
+			return err
+		}
+		if n == 0 && !named {
+			st.LeftAlone++
+			report(fmt.Sprintf("prune: model %q: the source holds none of its resources: left alone (name it in the sink's models= to prune it)", model))
+			continue
+		}
+		st.Models++
+		batch := make([]string, 0, idSetBatch)
+		check := func() error {
+			held, err := seen.ids.Holds(ctx, model, batch)
+			if err != nil {
+				return err
+			}
+			for _, rid := range batch {
+				if !held[rid] {
+					if err := pruneOne(ctx, snk, model, rid, seen, fix, st, report); err != nil {
+						return err
+					}
+				}
+			}
+			batch = batch[:0]
+			return nil
+		}
+		for rid, err := range lister.ResourceIDs(ctx, model) {
+			if err != nil {
+				return fmt.Errorf("model %q: %w", model, err)
+			}
+			st.Checked++
+			tick(st.Checked)
+			if batch = append(batch, rid); len(batch) == idSetBatch {
+				if err := check(); err != nil {
+					return err
+				}
+			}
+		}
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pruneOne handles one resource the source holds nothing of.
+func pruneOne(ctx context.Context, snk sinkReader, model, rid string, seen *sourceSeen, fix repairer, st *pruneStats, report func(string)) error {
+	meta, err := snk.Meta(ctx, model, rid)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil // removed since it was listed
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		st.OnlyInSink++
+		st.LeftAlone++
+		report(fmt.Sprintf("prune: model %q resource %q only in the sink, its meta cannot be read (%v): left alone", model, rid, err))
+		return nil
+	}
+	st.OnlyInSink++
+	what := fmt.Sprintf("prune: model %q resource %q only in the sink (updated %s, %d revisions)", model, rid, meta.UpdatedTime.Format(), meta.TotalRevisionCount)
+	if updated := meta.UpdatedTime.Instant(); seen.newest.IsZero() || updated.After(seen.newest) {
+		st.LeftAlone++
+		newest := "none"
+		if !seen.newest.IsZero() {
+			newest = seen.newest.UTC().Format(time.RFC3339Nano)
+		}
+		report(fmt.Sprintf("%s: updated after the source's newest change (%s): left alone", what, newest))
+		return nil
+	}
+	st.Purges++
+	if fix == nil {
+		report(what + ": to purge")
+		return nil
+	}
+	rec := &events.PurgeRecord{ResourceID: rid, PurgedTime: meta.UpdatedTime}
+	if err := fix.repair(ctx, sourceRecord{Model: model, Record: rec, Where: "prune"}); err != nil {
+		return fmt.Errorf("model %q resource %q: purge: %w", model, rid, err)
+	}
+	report(what + ": purge published")
+	return nil
+}
+
 // busRepairer publishes repairs onto the event stream.
 type busRepairer struct {
 	bus *stream.Bus
@@ -261,30 +396,43 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	fs := flag.NewFlagSet("reconcile", flag.ContinueOnError)
 	var bf busFlags
 	bf.register(fs)
-	archive := fs.String("archive", "", "archive holding what the sink should hold")
-	pgURL := fs.String("source", "", "or a SpecStar Postgres deployment: postgres://... (blobs are not compared)")
-	sinkURL := fs.String("sink", "", "sink to reconcile")
-	lenient := fs.Bool("lenient", false, "read the archive leniently (see writer verify)")
+	var ca comparisonArgs
+	ca.register(fs)
 	dryRun := fs.Bool("dry-run", false, "report the differences, publish nothing")
-	prune := fs.Bool("prune", false, "also purge resources only the sink holds (not implemented yet)")
+	prune := fs.Bool("prune", false, "also purge resources only the sink holds (their metas, and revisions up to the meta's time; not blobs); "+
+		"the purges go onto the shared stream, so EVERY sink consuming it removes those resources too")
 	pos, ok := parse(fs, args, stderr)
 	if !ok {
 		return exitUsage
 	}
-	if len(pos) != 0 || (*archive == "") == (*pgURL == "") || *sinkURL == "" {
-		fmt.Fprintln(stderr, "replicator reconcile: want --archive ARCHIVE or --source postgres://..., and --sink URL")
+	if len(pos) != 0 || !ca.usable() {
+		fmt.Fprintln(stderr, "replicator reconcile: want --archive ARCHIVE or --source DEPLOYMENT, and --sink URL")
 		return exitUsage
 	}
-	if *prune {
-		fmt.Fprintln(stderr, "replicator reconcile: --prune is not implemented yet")
-		return exitUsage
-	}
-	cs, code := openComparison(ctx, "reconcile", *sinkURL, *archive, *pgURL, *lenient, stderr, log)
+	cs, code := openCompared(ctx, "reconcile", ca, fs, stderr, log)
 	if code != exitOK {
 		return code
 	}
 	defer cs.Close()
 	spec, reader, src, from, meter := cs.spec, cs.reader, cs.src, cs.from, cs.meter
+
+	var (
+		lister sinkLister
+		seen   *sourceSeen
+	)
+	if *prune {
+		if lister, ok = cs.sink.(sinkLister); !ok {
+			fmt.Fprintf(stderr, "replicator reconcile: sink %s cannot be listed: --prune is not available for it\n", spec.raw)
+			return exitFailed
+		}
+		ids, err := newIDSet(ctx, "")
+		if err != nil {
+			fmt.Fprintf(stderr, "replicator reconcile: %v\n", err)
+			return exitFailed
+		}
+		defer ids.Close()
+		seen = &sourceSeen{ids: ids}
+	}
 
 	var fix *busRepairer
 	if !*dryRun {
@@ -301,12 +449,8 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	if fix != nil {
 		rep = fix
 	}
-	st, err := reconcile(ctx, src, reader, spec.holds(), rep, func(line string) { fmt.Fprintln(stdout, line) })
-	if err == nil && fix != nil {
-		if ferr := fix.pub.Flush(ctx); ferr != nil {
-			err = fmt.Errorf("flush: %w", ferr)
-		}
-	}
+	report := func(line string) { fmt.Fprintln(stdout, line) }
+	st, err := reconcile(ctx, src, reader, spec.holds(), rep, seen, report)
 	meter.Done()
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator reconcile: %s: %v\n", from, err)
@@ -314,16 +458,52 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	}
 	fmt.Fprintf(stdout, "%s vs %s: %d metas, %d revisions, %d blobs compared, %d differences, %d to repair\n",
 		from, spec.raw, st.Metas, st.Revisions, st.Blobs, st.Differences, st.Repairs)
+	var perr error
+	if *prune {
+		pmeter := progress.New("reconcile --prune "+spec.raw, 0, log)
+		var (
+			models []string
+			named  bool
+		)
+		if models, named, perr = pruneModels(ctx, lister, spec.models); perr == nil {
+			perr = prunePass(ctx, lister, reader, models, named, seen, rep, &st.Prune, func(n int) { pmeter.Update(int64(n), 0) }, report)
+		}
+		pmeter.Done()
+		if fix != nil {
+			st.Published.Purges = st.Prune.Purges
+		}
+	}
+	if fix != nil {
+		// What was published before a failed prune pass is sent all the same.
+		if ferr := fix.pub.Flush(ctx); ferr != nil {
+			fmt.Fprintf(stderr, "replicator reconcile: flush: %v\n", ferr)
+			return exitFailed
+		}
+	}
+	if perr != nil {
+		fmt.Fprintf(stderr, "replicator reconcile: --prune: sink %s: %v\n", spec.raw, perr)
+		return exitFailed
+	}
+	if *prune {
+		p := st.Prune
+		fmt.Fprintf(stdout, "prune: %d sink resources checked in %d models, %d only in the sink, %d to purge, %d left alone\n",
+			p.Checked, p.Models, p.OnlyInSink, p.Purges, p.LeftAlone)
+	}
 	if fix == nil {
 		fmt.Fprintf(stdout, "dry run: 0 records published\n")
 		return exitOK
 	}
-	published := st.Published.Metas + st.Published.Revisions + st.Published.Blobs
+	pub := st.Published
+	published := pub.Metas + pub.Revisions + pub.Blobs + pub.Purges
 	then := ""
 	if published > 0 {
 		then = "; `replicator run` applies them"
 	}
-	fmt.Fprintf(stdout, "%d records published (%d metas, %d revisions, %d blobs; %d dropped as duplicates)%s\n",
-		published, st.Published.Metas, st.Published.Revisions, st.Published.Blobs, fix.pub.Stats.Duplicates, then)
+	purges := ""
+	if *prune {
+		purges = fmt.Sprintf(", %d purges", pub.Purges)
+	}
+	fmt.Fprintf(stdout, "%d records published (%d metas, %d revisions, %d blobs%s; %d dropped as duplicates)%s\n",
+		published, pub.Metas, pub.Revisions, pub.Blobs, purges, fix.pub.Stats.Duplicates, then)
 	return exitOK
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/specstar/replicator/acbak"
+	"github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/stream"
@@ -31,26 +32,22 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 	bf.register(fs)
 	var wc workerConfig
 	wc.register(fs)
-	var sinks multiFlag
-	fs.Var(&sinks, "sink", "sink URL (repeatable): disk:/path[?options]")
+	var sa sinkArgs
+	sa.register(fs, "sink (repeatable): disk:/path[?options], postgres://..., s3://bucket/prefix?endpoint=..., or a deployment of --config")
 	fs.BoolVar(&wc.untilDrained, "until-drained", false, "exit 0 once every sink has applied everything the stream held at start")
 	listen := fs.String("listen", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz (empty: off)")
 	pos, ok := parse(fs, args, stderr)
 	if !ok {
 		return exitUsage
 	}
-	if len(pos) != 0 || len(sinks) == 0 {
-		fmt.Fprintln(stderr, "replicator run: want one or more --sink and no other arguments")
+	_, specs, err := sa.resolve(fs)
+	if err != nil {
+		fmt.Fprintf(stderr, "replicator run: %v\n", err)
 		return exitUsage
 	}
-	specs := make([]*sinkSpec, 0, len(sinks))
-	for _, s := range sinks {
-		spec, err := parseSink(s)
-		if err != nil {
-			fmt.Fprintf(stderr, "replicator run: %v\n", err)
-			return exitUsage
-		}
-		specs = append(specs, spec)
+	if len(pos) != 0 || len(specs) == 0 {
+		fmt.Fprintln(stderr, "replicator run: want one or more --sink (or --meta/--resources/--blobs) and no other arguments")
+		return exitUsage
 	}
 	bus, err := stream.Open(ctx, bf.cfg, log)
 	if err != nil {
@@ -117,7 +114,9 @@ func runWorkers(ctx context.Context, bus *stream.Bus, specs []*sinkSpec, wc work
 func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
 	fs := flag.NewFlagSet("mirror", flag.ContinueOnError)
 	from := fs.String("from", "", "archive to replay")
-	to := fs.String("to", "", "directory of the SpecStar disk deployment to write (or a sink URL)")
+	to := fs.String("to", "", "directory of the SpecStar disk deployment to write (or a sink URL, or a deployment of --config)")
+	var dep deployment.Flags
+	dep.Register(fs, "sink")
 	dataDir := fs.String("data-dir", "", "embedded server's data directory (default: a temporary one, removed afterwards)")
 	lenient := fs.Bool("lenient", false, "accept what SpecStar's loader accepts (see writer verify)")
 	dupWindow := fs.Duration("duplicate-window", time.Hour, "how long the embedded stream drops re-published records by message id (its memory grows with the events in this window)")
@@ -127,15 +126,20 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	if !ok {
 		return exitUsage
 	}
-	if len(pos) != 0 || *from == "" || *to == "" {
-		fmt.Fprintln(stderr, "replicator mirror: want --from ARCHIVE --to DIR")
+	if len(pos) != 0 || *from == "" || (*to == "") == !dep.Layered() {
+		fmt.Fprintln(stderr, "replicator mirror: want --from ARCHIVE, and --to DIR (or --meta/--resources/--blobs)")
 		return exitUsage
 	}
-	spec, err := parseSink(*to)
+	sa := sinkArgs{dep: dep}
+	if *to != "" {
+		sa.sinks = multiFlag{*to}
+	}
+	_, specs, err := sa.resolve(fs)
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator mirror: %v\n", err)
 		return exitUsage
 	}
+	spec := specs[0]
 	dir := *dataDir
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "specstar-mirror-")

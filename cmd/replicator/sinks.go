@@ -27,13 +27,15 @@ type applier interface {
 // sinkSpec is one --sink value, parsed.
 type sinkSpec struct {
 	raw    string
-	kind   string // "disk" or "postgres"
+	kind   string // "disk", "postgres", "s3" or "deployment"
 	path   string // disk root
 	dsn    string // postgres connection string, without our options
 	name   string // durable consumer name
 	models []string
 	disk   sink.DiskOptions
 	pg     sink.PostgresOptions
+	s3     s3Spec
+	layers *layerSpecs // kind "deployment": one store per layer
 }
 
 // postgresOptionKeys are the query parameters of a postgres:// sink URL
@@ -126,6 +128,13 @@ func parseSink(raw string) (*sinkSpec, error) {
 		}
 		return s, checkName(s)
 	}
+	if strings.HasPrefix(raw, "s3://") {
+		s, err := parseS3Sink(raw)
+		if err != nil {
+			return nil, err
+		}
+		return s, checkName(s)
+	}
 	s := &sinkSpec{raw: raw, kind: "disk"}
 	rest := raw
 	switch {
@@ -134,7 +143,7 @@ func parseSink(raw string) (*sinkSpec, error) {
 		rest = strings.TrimPrefix(rest, "//")
 	case strings.Contains(raw, "://"):
 		scheme, _, _ := strings.Cut(raw, "://")
-		return nil, fmt.Errorf("sink %q: %s sinks are not available yet (disk:/path and postgres:// are)", raw, scheme)
+		return nil, fmt.Errorf("sink %q: %s sinks are not available (disk:/path, postgres:// and s3:// are)", raw, scheme)
 	}
 	path, query, _ := strings.Cut(rest, "?")
 	if path == "" {
@@ -213,6 +222,12 @@ func checkName(s *sinkSpec) error {
 }
 
 func (s *sinkSpec) open(ctx context.Context) (applier, error) {
+	switch s.kind {
+	case "deployment":
+		return s.layers.open(ctx, s.raw)
+	case "s3":
+		return s.openS3(ctx)
+	}
 	if s.kind == "postgres" {
 		p, err := sink.OpenPostgres(ctx, s.dsn, s.pg)
 		if err != nil {
@@ -229,7 +244,7 @@ func (s *sinkSpec) open(ctx context.Context) (applier, error) {
 
 // where names the sink's destination for people.
 func (s *sinkSpec) where() string {
-	if s.kind == "disk" {
+	if s.kind == "disk" && s.layers == nil {
 		return s.path
 	}
 	return s.raw

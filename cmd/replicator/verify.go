@@ -15,6 +15,7 @@ import (
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/source"
 )
@@ -86,48 +87,17 @@ func (a *archiveSource) Records(ctx context.Context) iter.Seq2[sourceRecord, err
 type holds struct{ revisions, blobs bool }
 
 func (s *sinkSpec) holds() holds {
-	if s.kind == "postgres" {
+	switch s.kind {
+	case "deployment":
+		return holds{revisions: s.layers.resources != nil, blobs: s.layers.blobs != nil}
+	case "postgres":
 		return holds{revisions: s.pg.Revisions}
 	}
 	return holds{revisions: true, blobs: true}
 }
 
-// postgresSource reads a SpecStar Postgres deployment from one snapshot.
-type postgresSource struct {
-	url string
-}
-
 // errStop ends a Snapshot early when the consumer of the records stops.
 var errStop = errors.New("stop")
-
-func (p *postgresSource) Records(ctx context.Context) iter.Seq2[sourceRecord, error] {
-	return func(yield func(sourceRecord, error) bool) {
-		dsn, opts, err := source.ParsePostgresURL(p.url)
-		if err != nil {
-			yield(sourceRecord{}, err)
-			return
-		}
-		src, err := source.OpenPostgres(ctx, dsn, opts)
-		if err != nil {
-			yield(sourceRecord{}, err)
-			return
-		}
-		defer src.Close()
-		_, err = src.Snapshot(ctx, source.Position{}, func(model string, rec events.Record, _ source.Position) error {
-			where := "meta"
-			if _, ok := rec.(*events.RevisionRecord); ok {
-				where = "revision"
-			}
-			if !yield(sourceRecord{Model: model, Record: rec, Where: "postgres " + where}, nil) {
-				return errStop
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, errStop) {
-			yield(sourceRecord{}, err)
-		}
-	}
-}
 
 // comparison counts what compareSink found.
 type comparison struct {
@@ -208,6 +178,32 @@ func compareSink(ctx context.Context, src recordSource, snk sinkReader, h holds,
 			case bin.ContentType.Value != rec.ContentType:
 				diff(sr.Where, "blob %s: content type %q in sink, %q in source", rec.FileID, bin.ContentType.Value, rec.ContentType)
 			}
+		case *events.BlobRefRecord:
+			// A live deployment's payload references a blob: the sink's
+			// copy must hash to the file_id and have the size and type the
+			// reference gives.
+			if !h.blobs {
+				continue
+			}
+			c.Blobs++
+			bin, r, err := snk.OpenBlob(ctx, rec.FileID)
+			if err != nil {
+				diff(sr.Where, "blob %s: %v", rec.FileID, missingOr(err))
+				continue
+			}
+			h := dedup.NewFileIDHasher()
+			n, err := io.Copy(h, r)
+			r.Close()
+			switch {
+			case err != nil:
+				diff(sr.Where, "blob %s: reading it: %v", rec.FileID, err)
+			case dedup.HexSum(h) != rec.FileID:
+				diff(sr.Where, "blob %s: the sink's %d bytes do not hash to its file_id", rec.FileID, n)
+			case rec.Size >= 0 && n != rec.Size:
+				diff(sr.Where, "blob %s: %d bytes in sink, the reference says %d", rec.FileID, n, rec.Size)
+			case bin.ContentType.Value != rec.ContentType:
+				diff(sr.Where, "blob %s: content type %q in sink, %q in the reference", rec.FileID, bin.ContentType.Value, rec.ContentType)
+			}
 		}
 	}
 	return c, nil
@@ -220,14 +216,82 @@ func missingOr(err error) string {
 	return err.Error()
 }
 
-// openComparison opens the sink to read back and the source of truth that
-// verify and reconcile compare: --archive or --source postgres://. cmd
-// names the command in messages; code is the exit status on failure.
-func openComparison(ctx context.Context, cmd, sinkURL, archive, pgURL string, lenient bool, stderr io.Writer, log *slog.Logger) (c *comparisonSetup, code int) {
-	spec, err := parseSink(sinkURL)
+// comparisonArgs are the flags verify and reconcile share: the sink, and
+// the source of truth (an archive, or a live deployment given by URL, by
+// name in --config, or as --source plus --source-resources and
+// --source-blobs).
+type comparisonArgs struct {
+	archive, source, sink        string
+	sourceResources, sourceBlobs string
+	config                       string
+	lenient                      bool
+}
+
+func (a *comparisonArgs) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.archive, "archive", "", "archive holding what the sink should hold")
+	fs.StringVar(&a.source, "source", "", "or a live SpecStar deployment: postgres://... (its meta store), or a deployment of --config")
+	fs.StringVar(&a.sourceResources, "source-resources", "", "the source deployment's resource store when not in Postgres: s3://bucket/{model}/data/?endpoint=...")
+	fs.StringVar(&a.sourceBlobs, "source-blobs", "", "the source deployment's blob store (s3://... or disk:/path): blobs its payloads reference are checked in the sink")
+	fs.StringVar(&a.sink, "sink", "", "sink: a URL or a deployment of --config")
+	fs.StringVar(&a.config, "config", os.Getenv("SPECSTAR_CONFIG"), "YAML file with named deployments (default $SPECSTAR_CONFIG)")
+	fs.BoolVar(&a.lenient, "lenient", false, "read the archive leniently (see writer verify)")
+}
+
+// usable reports whether exactly one source and a sink are given.
+func (a *comparisonArgs) usable() bool {
+	return (a.archive == "") != (a.source == "") && a.sink != ""
+}
+
+// openCompared opens the sink to read back and the source of truth that
+// verify and reconcile compare; fs, if not nil, gets the config file's
+// nats settings. cmd names the command in messages; code is the exit
+// status on failure.
+func openCompared(ctx context.Context, cmd string, a comparisonArgs, fs *flag.FlagSet, stderr io.Writer, log *slog.Logger) (c *comparisonSetup, code int) {
+	var cfg *deployment.Config
+	var err error
+	if a.config != "" {
+		cfg, err = deployment.Load(a.config)
+	}
+	if err == nil && fs != nil {
+		err = cfg.ApplyFlags(fs)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator %s: %v\n", cmd, err)
 		return nil, exitUsage
+	}
+	var spec *sinkSpec
+	if d, ok := cfg.Lookup(a.sink); ok {
+		spec, err = sinkFromDeployment(d)
+	} else {
+		spec, err = parseSink(a.sink)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "replicator %s: %v\n", cmd, err)
+		return nil, exitUsage
+	}
+	var live *deployment.Deployment
+	if a.source != "" {
+		d, ok := cfg.Lookup(a.source)
+		if !ok {
+			d = deployment.Deployment{Meta: a.source}
+			if deployment.Scheme(a.source) == "postgres" && a.sourceResources == "" {
+				d.Resources = a.source
+				if _, opts, err := source.ParsePostgresURL(a.source); err == nil && !opts.Revisions {
+					d.Resources = ""
+				}
+			}
+		}
+		if a.sourceResources != "" {
+			d.Resources = a.sourceResources
+		}
+		if a.sourceBlobs != "" {
+			d.Blobs = a.sourceBlobs
+		}
+		if d, err = d.Resolved(); err != nil {
+			fmt.Fprintf(stderr, "replicator %s: %v\n", cmd, err)
+			return nil, exitUsage
+		}
+		live = &d
 	}
 	if spec.kind == "disk" {
 		if _, err := os.Stat(spec.path); err != nil {
@@ -247,18 +311,18 @@ func openComparison(ctx context.Context, cmd, sinkURL, archive, pgURL string, le
 		return nil, exitFailed
 	}
 	var size int64
-	if st, err := os.Stat(archive); err == nil && archive != "" {
+	if st, err := os.Stat(a.archive); err == nil && a.archive != "" {
 		size = st.Size()
 	}
-	c = &comparisonSetup{spec: spec, sink: snk, reader: reader, meter: progress.New(cmd+" "+spec.raw, size, log), from: archive}
-	c.src = &archiveSource{path: archive, opts: acbak.Options{Lenient: lenient}, meter: c.meter}
-	if pgURL != "" {
-		c.src, c.from = &postgresSource{url: pgURL}, source.Redact(pgURL)
+	c = &comparisonSetup{spec: spec, sink: snk, reader: reader, meter: progress.New(cmd+" "+spec.raw, size, log), from: a.archive}
+	c.src = &archiveSource{path: a.archive, opts: acbak.Options{Lenient: a.lenient}, meter: c.meter}
+	if live != nil {
+		c.src, c.from = &deploymentSource{dep: *live}, live.String()
 	}
 	return c, exitOK
 }
 
-// comparisonSetup is what openComparison opened; Close releases the sink.
+// comparisonSetup is what openCompared opened; Close releases the sink.
 type comparisonSetup struct {
 	spec   *sinkSpec
 	sink   applier
@@ -272,19 +336,17 @@ func (c *comparisonSetup) Close() { c.sink.Close() }
 
 func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	archive := fs.String("archive", "", "archive holding what the sink should hold")
-	pgURL := fs.String("source", "", "or a SpecStar Postgres deployment: postgres://... (see writer snapshot)")
-	sinkURL := fs.String("sink", "", "sink to check")
-	lenient := fs.Bool("lenient", false, "read the archive leniently (see writer verify)")
+	var ca comparisonArgs
+	ca.register(fs)
 	pos, ok := parse(fs, args, stderr)
 	if !ok {
 		return exitUsage
 	}
-	if len(pos) != 0 || (*archive == "") == (*pgURL == "") || *sinkURL == "" {
-		fmt.Fprintln(stderr, "replicator verify: want --archive ARCHIVE or --source postgres://..., and --sink URL")
+	if len(pos) != 0 || !ca.usable() {
+		fmt.Fprintln(stderr, "replicator verify: want --archive ARCHIVE or --source DEPLOYMENT, and --sink URL")
 		return exitUsage
 	}
-	cs, code := openComparison(ctx, "verify", *sinkURL, *archive, *pgURL, *lenient, stderr, log)
+	cs, code := openCompared(ctx, "verify", ca, nil, stderr, log)
 	if code != exitOK {
 		return code
 	}
