@@ -250,12 +250,7 @@ func (a *sinkArgs) resolve(fs *flag.FlagSet) (*deployment.Config, []*sinkSpec, e
 	}
 	var specs []*sinkSpec
 	for _, v := range a.sinks {
-		var s *sinkSpec
-		if d, ok := cfg.Lookup(v); ok {
-			s, err = sinkFromDeployment(d)
-		} else {
-			s, err = parseSink(v)
-		}
+		s, err := sinkNamed(cfg, v)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -299,4 +294,17 @@ func (l *layeredSink) lister() (sinkLister, error) {
 		return nil, fmt.Errorf("sink %s: its meta store cannot be listed", l.raw)
 	}
 	return ls, nil
+}
+
+// sinkNamed is the sink a --sink value names: a deployment of cfg, or a
+// sink URL.
+func sinkNamed(cfg *deployment.Config, v string) (*sinkSpec, error) {
+	d, ok, err := cfg.Lookup(v)
+	switch {
+	case err != nil:
+		return nil, err
+	case ok:
+		return sinkFromDeployment(d)
+	}
+	return parseSink(v)
 }

@@ -259,19 +259,18 @@ func openCompared(ctx context.Context, cmd string, a comparisonArgs, fs *flag.Fl
 		fmt.Fprintf(stderr, "replicator %s: %v\n", cmd, err)
 		return nil, exitUsage
 	}
-	var spec *sinkSpec
-	if d, ok := cfg.Lookup(a.sink); ok {
-		spec, err = sinkFromDeployment(d)
-	} else {
-		spec, err = parseSink(a.sink)
-	}
+	spec, err := sinkNamed(cfg, a.sink)
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator %s: %v\n", cmd, err)
 		return nil, exitUsage
 	}
 	var live *deployment.Deployment
 	if a.source != "" {
-		d, ok := cfg.Lookup(a.source)
+		d, ok, err := cfg.Lookup(a.source)
+		if err != nil {
+			fmt.Fprintf(stderr, "replicator %s: %v\n", cmd, err)
+			return nil, exitUsage
+		}
 		if !ok {
 			d = deployment.Deployment{Meta: a.source}
 			if deployment.Scheme(a.source) == "postgres" && a.sourceResources == "" {

@@ -263,9 +263,9 @@ func (c *configFlag) resolve(fs *flag.FlagSet, from *string, stores *storeFlags)
 	if err := cfg.ApplyFlags(fs); err != nil {
 		return err
 	}
-	d, ok := cfg.Lookup(*from)
-	if !ok {
-		return nil
+	d, ok, err := cfg.Lookup(*from)
+	if err != nil || !ok {
+		return err
 	}
 	meta := d.Layer(specdeploy.MetaLayer)
 	if specdeploy.Scheme(meta) != "postgres" {

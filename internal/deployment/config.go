@@ -27,8 +27,9 @@ import (
 //	  mirror:
 //	    url: disk:/var/lib/specstar-mirror
 //
-// ${VAR} in the file is replaced by the environment variable VAR (an unset
-// one is an error), so secrets stay out of it.
+// ${VAR} in a value is replaced by the environment variable VAR, so
+// secrets stay out of the file; an unset one is an error when the value is
+// used (a deployment's, when it is looked up).
 type Config struct {
 	// Path is the file the configuration was read from, for messages.
 	Path string `json:"-"`
@@ -60,26 +61,19 @@ func Load(path string) (*Config, error) {
 
 // Parse checks a configuration held in memory; path names it in errors.
 func Parse(path string, raw []byte) (*Config, error) {
-	var missing []string
-	expanded := envRef.ReplaceAllStringFunc(string(raw), func(ref string) string {
-		name := envRef.FindStringSubmatch(ref)[1]
-		v, ok := os.LookupEnv(name)
-		if !ok {
-			missing = append(missing, name)
-		}
-		return v
-	})
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("config %s: environment variables not set: %s", path, strings.Join(missing, ", "))
-	}
 	c := &Config{Path: path}
-	if err := yaml.UnmarshalStrict([]byte(expanded), c); err != nil {
+	if err := yaml.UnmarshalStrict(raw, c); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
-	for k := range c.NATS {
+	for k, v := range c.NATS {
 		if !slices.Contains(busFlagNames, k) {
 			return nil, fmt.Errorf("config %s: nats.%s: unknown setting (known: %s)", path, k, strings.Join(busFlagNames, ", "))
 		}
+		x, err := expandEnv(v)
+		if err != nil {
+			return nil, fmt.Errorf("config %s: nats.%s: %w", path, k, err)
+		}
+		c.NATS[k] = x
 	}
 	for name, d := range c.Deployments {
 		if name == "" || strings.ContainsAny(name, ":/ ") {
@@ -96,13 +90,43 @@ func Parse(path string, raw []byte) (*Config, error) {
 	return c, nil
 }
 
-// Lookup returns the named deployment.
-func (c *Config) Lookup(name string) (Deployment, bool) {
-	if c == nil {
-		return Deployment{}, false
+// expandEnv replaces every ${VAR} by the environment variable VAR; an
+// unset one is an error naming it.
+func expandEnv(v string) (string, error) {
+	var missing []string
+	out := envRef.ReplaceAllStringFunc(v, func(ref string) string {
+		name := envRef.FindStringSubmatch(ref)[1]
+		x, ok := os.LookupEnv(name)
+		if !ok {
+			missing = append(missing, name)
+		}
+		return x
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("environment variables not set: %s", strings.Join(missing, ", "))
 	}
-	d, ok := c.Deployments[name]
-	return d, ok
+	return out, nil
+}
+
+// Lookup returns the named deployment with its ${VAR}s expanded; ok is
+// false if there is no such deployment. Variables are expanded only for
+// the deployment used, so a process needs the secrets of its own
+// deployments only.
+func (c *Config) Lookup(name string) (d Deployment, ok bool, err error) {
+	if c == nil {
+		return Deployment{}, false, nil
+	}
+	d, ok = c.Deployments[name]
+	if !ok {
+		return d, false, nil
+	}
+	for _, l := range []Layer{MetaLayer, ResourcesLayer, BlobsLayer} {
+		p := d.layer(l)
+		if *p, err = expandEnv(*p); err != nil {
+			return d, true, fmt.Errorf("config %s: deployment %q: %s: %w", c.Path, name, l, err)
+		}
+	}
+	return d, true, nil
 }
 
 // ApplyFlags sets the flags of fs that the nats section names and the
@@ -176,8 +200,8 @@ func (f *Flags) FromFlags(base string) (Deployment, error) {
 // deployment of cfg, or a store URL (a disk path, disk:, postgres://,
 // s3://) serving every layer it can.
 func Resolve(cfg *Config, value string) (Deployment, error) {
-	if d, ok := cfg.Lookup(value); ok {
-		return d, nil
+	if d, ok, err := cfg.Lookup(value); ok || err != nil {
+		return d, err
 	}
 	return Deployment{URL: value}.Resolved()
 }

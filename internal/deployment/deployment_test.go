@@ -2,9 +2,12 @@ package deployment
 
 import (
 	"flag"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
 )
 
 func TestResolved(t *testing.T) {
@@ -85,14 +88,14 @@ deployments:
 	if err != nil {
 		t.Fatal(err)
 	}
-	prod, ok := c.Lookup("prod")
-	if !ok || prod.Meta != "postgres://app:s3cret@db/app" || prod.Resources != "s3://specstar/{model}/data/?region=eu-west-1" {
+	prod, ok, err := c.Lookup("prod")
+	if err != nil || !ok || prod.Meta != "postgres://app:s3cret@db/app" || prod.Resources != "s3://specstar/{model}/data/?region=eu-west-1" {
 		t.Fatalf("prod = %+v", prod)
 	}
 	if s := prod.String(); strings.Contains(s, "s3cret") || !strings.HasPrefix(s, "prod (") {
 		t.Errorf("String() = %q: want the name and no password", s)
 	}
-	mirror, _ := c.Lookup("mirror")
+	mirror, _, _ := c.Lookup("mirror")
 	if u, ok := mirror.Single(); !ok || u != "disk:/var/lib/mirror" {
 		t.Fatalf("mirror = %+v", mirror)
 	}
@@ -113,7 +116,7 @@ deployments:
 	}
 
 	bad := []struct{ name, yaml, want string }{
-		{"unset env", "deployments:\n  a:\n    url: postgres://u:${TEST_NOT_SET_XYZ}@h/db\n", "TEST_NOT_SET_XYZ"},
+		{"unset env in nats", "nats:\n  url: nats://${TEST_NOT_SET_XYZ}:4222\n", "TEST_NOT_SET_XYZ"},
 		{"unknown nats key", "nats:\n  sream: X\n", "nats.sream"},
 		{"unknown deployment key", "deployments:\n  a:\n    metas: disk:/x\n", "metas"},
 		{"s3 meta", "deployments:\n  a:\n    meta: s3://b/\n", `deployment "a": meta`},
@@ -126,6 +129,21 @@ deployments:
 				t.Fatalf("err = %v, want it to name bad.yaml and %q", err, b.want)
 			}
 		})
+	}
+}
+
+// A deployment's secrets are needed only by the process that uses it.
+func TestUnsetVariableOnlyMattersWhenUsed(t *testing.T) {
+	c, err := Parse("c.yaml", []byte("deployments:\n  prod:\n    meta: postgres://u:${TEST_NOT_SET_XYZ}@h/db\n  mirror:\n    url: disk:/m\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := c.Lookup("mirror"); !ok || err != nil {
+		t.Fatalf("Lookup(mirror) = %v, %v", ok, err)
+	}
+	_, _, err = c.Lookup("prod")
+	if err == nil || !strings.Contains(err.Error(), "TEST_NOT_SET_XYZ") || !strings.Contains(err.Error(), "prod") {
+		t.Fatalf("Lookup(prod) err = %v, want it to name the variable and the deployment", err)
 	}
 }
 
@@ -146,5 +164,35 @@ func TestResolveNameOrURL(t *testing.T) {
 	d, err = Resolve(nil, "mirror")
 	if err != nil || d.Meta != "mirror" {
 		t.Fatalf("Resolve(nil, mirror) = %+v, %v", d, err)
+	}
+}
+
+// The Kubernetes example's configuration is a valid file: its prod
+// deployment is SpecStar's Postgres+S3 factory and its mirror a disk tree.
+func TestKubernetesExampleConfig(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/k8s/config.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := yaml.Unmarshal(raw, &cm); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse("deploy/k8s/config.yaml", []byte(cm.Data["specstar.yaml"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SPECSTAR_PG_PASSWORD", "pw")
+	prod, ok, err := c.Lookup("prod")
+	if err != nil || !ok {
+		t.Fatalf("prod: %v %v", ok, err)
+	}
+	if Scheme(prod.Meta) != "postgres" || Scheme(prod.Resources) != "s3" || Scheme(prod.Blobs) != "s3" {
+		t.Errorf("prod = %+v, want Postgres metas and S3 revisions and blobs", prod)
+	}
+	if u, ok := c.Deployments["mirror"].Single(); !ok || Scheme(u) != "disk" {
+		t.Errorf("mirror = %+v, want one disk tree", c.Deployments["mirror"])
 	}
 }
