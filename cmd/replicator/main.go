@@ -1,10 +1,11 @@
 // Command replicator materializes SpecStar events from JetStream into
 // sinks, and checks sinks against their source.
 //
-//	replicator run --sink URL [--sink URL ...] [--until-drained]
+//	replicator run --sink URL|NAME [--sink ...] [--meta URL --resources URL --blobs URL] [--config FILE] [--until-drained]
 //	replicator mirror --from ARCHIVE --to DIR
-//	replicator verify --archive ARCHIVE --sink URL
-//	replicator dlq list | dlq replay
+//	replicator verify --archive ARCHIVE|--source DEPLOYMENT --sink URL|NAME
+//	replicator reconcile --archive ARCHIVE|--source DEPLOYMENT --sink URL|NAME [--dry-run] [--prune]
+//	replicator status | dlq list | dlq replay
 //
 // Exit status: 0 success, 1 failure (verify: the sink differs), 2 usage.
 package main
@@ -34,23 +35,28 @@ const (
 const usage = `usage: replicator <command> [arguments]
 
 commands:
-  run --sink URL [--sink URL ...] [--until-drained]
+  run --sink URL|NAME [--sink ...] [--meta URL --resources URL --blobs URL] [--until-drained]
       Materialize the event stream into each sink through its own durable
       consumer. A sink is disk:/path (or a path), with options
       ?encoding=json|msgpack&meta=files|sqlite&index=uid|symlink
       &on_duplicate=newer|overwrite|skip|raise_error&sync=file|batch
-      &name=N&models=a,b
-  mirror --from ARCHIVE --to DIR
+      &name=N&models=a,b; postgres://... (SpecStar's tables); s3://bucket/prefix
+      ?endpoint=&region=&path_style=true (SpecStar's S3 resource and blob
+      stores); a deployment of the --config file by name; or one deployment
+      given layer by layer with --meta, --resources and --blobs.
+  mirror --from ARCHIVE --to DIR|URL|NAME (or --meta/--resources/--blobs)
       One command on an embedded JetStream server: replay the archive,
-      materialize it into a SpecStar disk deployment, print a summary.
-  verify --archive ARCHIVE --sink URL
-  verify --source postgres://... --sink URL
-      Compare a sink with an archive or a live Postgres deployment (one
-      snapshot of it): metas, revisions (info and payload) and blobs.
+      materialize it into a sink, print a summary.
+  verify --archive ARCHIVE --sink URL|NAME
+  verify --source postgres://...|NAME [--source-resources s3://...] [--source-blobs s3://...] --sink URL|NAME
+      Compare a sink with an archive or a live deployment (one snapshot of
+      its meta store): metas, revisions (info and payload) and blobs.
       Exit 0 only if equal.
-  reconcile --archive ARCHIVE|--source postgres://... --sink URL [--dry-run]
+  reconcile --archive ARCHIVE|--source DEPLOYMENT --sink URL|NAME [--dry-run] [--prune]
       Report how a sink differs from its source and publish the missing or
-      older records onto the stream for run to apply; deletes nothing.
+      older records onto the stream for run to apply. --prune also purges
+      resources only the sink holds: the purges go onto the shared stream,
+      so every sink consuming it removes them too.
   status [--json]
       Per sink: pending events, ack floor, oldest unacked event's age,
       redeliveries and dead letters.
@@ -62,7 +68,9 @@ commands:
 common flags: --nats URL (default $NATS_URL; neither: embedded server),
   --stream NAME, --data-dir DIR (embedded server storage), --subject-prefix P;
   in a second region: --mirror-of STREAM with --mirror-domain D (leaf node)
-  or --mirror-api-prefix P, and --domain D for an embedded server
+  or --mirror-api-prefix P, and --domain D for an embedded server;
+  --config FILE (default $SPECSTAR_CONFIG; run, mirror, verify, reconcile):
+  named deployments and these settings in YAML (see README)
 `
 
 func main() {

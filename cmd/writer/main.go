@@ -3,9 +3,10 @@
 //	writer inspect ARCHIVE [--json] [--lenient]   summarize an archive
 //	writer verify ARCHIVE [--lenient]             check an archive completely
 //	writer replay ARCHIVE [--nats URL]            publish an archive as events
-//	writer snapshot --from postgres://...         publish a deployment's state
-//	writer tail --from postgres://...             and then its changes
-//	writer export --from postgres://... ARCHIVE   write a deployment as an archive
+//	writer snapshot --from postgres://...|NAME [--resources s3://... --blobs s3://...]  publish a deployment's state
+//	writer snapshot --resources s3://...          publish an S3 resource store alone
+//	writer tail --from postgres://...|NAME        and then its changes
+//	writer export --from postgres://...|NAME ARCHIVE   write a deployment as an archive
 //
 // Exit status: 0 success (verify: the archive is valid), 1 the archive is
 // not valid or could not be read, 2 usage error.
@@ -50,20 +51,25 @@ commands:
       Publish every record of the archive, in order, as events on the
       JetStream stream (an embedded server when no URL is given).
       Re-publishing stores nothing new: events carry deterministic ids.
-  snapshot --from postgres://... [--restart] [--nats URL]
-      Publish the current state of a SpecStar Postgres deployment (metas,
-      and revisions from its resource tables) from one consistent
-      snapshot; an interrupted snapshot resumes where it stopped.
-  tail --from postgres://... [--mode auto|logical|poll] [--nats URL]
+  snapshot --from postgres://... [--resources s3://...] [--blobs s3://...|DIR] [--restart] [--nats URL]
+      Publish the current state of a SpecStar deployment (metas, and
+      revisions from its resource tables or its S3 resource store, and
+      the blobs their payloads reference) from one consistent snapshot of
+      its meta store; an interrupted snapshot resumes where it stopped.
+      With --resources s3://... and no --from: every revision and blob of
+      that S3 store (one listing, concurrent fetches).
+  tail --from postgres://... [--resources ...] [--blobs ...] [--mode auto|logical|poll] [--nats URL]
       Publish a snapshot if none was completed, then every change as it
       happens until interrupted: by logical replication (a slot and a
       publication, created if missing) where wal_level=logical and the
       user may replicate, else by keyset polling. Positions are stored in
       the stream's positions bucket. --drop-slot removes the slot and
       the publication.
-  export --from postgres://... ARCHIVE
-      Write one consistent snapshot of a SpecStar Postgres deployment as
-      an .acbak archive (blobs from its DiskBlobStore with blobs=DIR).
+  export --from postgres://... [--resources ...] [--blobs ...] ARCHIVE
+      Write one consistent snapshot of a SpecStar deployment as an .acbak
+      archive (with the blobs its payloads reference).
+  --config FILE (default $SPECSTAR_CONFIG) with snapshot, tail and export:
+      --from may name a deployment of the file, whose nats settings apply.
 `
 
 func main() {
