@@ -144,47 +144,84 @@ func blobOf(fileID string, size *int64, contentType string) *events.Binary {
 // missing) and the walk goes on.
 func (s *S3) ResourceRevisions(ctx context.Context, model, resourceID string) iter.Seq2[*events.RawResource, error] {
 	return func(yield func(*events.RawResource, error) bool) {
+		for lr, err := range s.ListRevisions(ctx, model, resourceID, nil) {
+			if !yield(lr.Revision, err) {
+				return
+			}
+		}
+	}
+}
+
+// ListedRevision is one revision ListRevisions read, with its index
+// object's key and ETag (which change when the index names another uid).
+type ListedRevision struct {
+	Key, ETag     string
+	RevisionID    string             // from the key
+	SchemaVersion events.Opt[string] // from the key
+	Revision      *events.RawResource
+}
+
+// ListRevisions is ResourceRevisions for a live source: skip, if not nil,
+// is asked about every index object (key, ETag, and the revision id and
+// schema version its key names) before it is read, and a revision it
+// says the caller already holds costs nothing beyond the one listing. A
+// source follows a resource on every change of it, and re-reading its
+// whole history each time would cost three requests per old revision.
+func (s *S3) ListRevisions(ctx context.Context, model, resourceID string,
+	skip func(lr ListedRevision) bool) iter.Seq2[ListedRevision, error] {
+	return func(yield func(ListedRevision, error) bool) {
 		if err := s.check(ctx); err != nil {
-			yield(nil, err)
+			yield(ListedRevision{}, err)
 			return
 		}
 		if err := checkModel(model); err != nil {
-			yield(nil, err)
+			yield(ListedRevision{}, err)
 			return
 		}
 		if err := checkResourceID(resourceID); err != nil {
-			yield(nil, err)
+			yield(ListedRevision{}, err)
 			return
 		}
 		dir := s.resourceDir(model, resourceID)
 		errStop := errors.New("stop")
 		err := orderedFetch(ctx, s.opts.Concurrency,
-			func(ctx context.Context, emit func(string) error) error {
+			func(ctx context.Context, emit func(ListedRevision) error) error {
 				return s.listObjects(ctx, s.opts.Bucket, dir, func(o types.Object) error {
 					key := aws.ToString(o.Key)
-					rest := strings.TrimPrefix(key, dir)
-					if parts := strings.Split(rest, "/"); len(parts) != 3 || parts[2] != "uid" {
+					parts := strings.Split(strings.TrimPrefix(key, dir), "/")
+					if len(parts) != 3 || parts[2] != "uid" {
 						return nil // not an index object
 					}
-					return emit(key)
+					lr := ListedRevision{Key: key, ETag: aws.ToString(o.ETag), RevisionID: parts[0]}
+					switch {
+					case parts[1] == "no_ver":
+					case strings.HasPrefix(parts[1], "v_"):
+						lr.SchemaVersion = events.Some(strings.TrimPrefix(parts[1], "v_"))
+					default:
+						return nil // not a schema-version entry
+					}
+					if skip != nil && skip(lr) {
+						return nil
+					}
+					return emit(lr)
 				})
 			},
-			func(ctx context.Context, key string) (result[*events.RawResource], error) {
-				uid, err := s.indexUID(ctx, key)
+			func(ctx context.Context, lr ListedRevision) (result[ListedRevision], error) {
+				uid, err := s.indexUID(ctx, lr.Key)
 				if err != nil {
-					return result[*events.RawResource]{err: err}, nil
+					return result[ListedRevision]{v: lr, err: err}, nil
 				}
-				res, err := s.readStore(ctx, model, uid)
-				return result[*events.RawResource]{v: res, err: err}, nil
+				lr.Revision, err = s.readStore(ctx, model, uid)
+				return result[ListedRevision]{v: lr, err: err}, nil
 			},
-			func(r result[*events.RawResource]) error {
+			func(r result[ListedRevision]) error {
 				if !yield(r.v, r.err) {
 					return errStop
 				}
 				return nil
 			})
 		if err != nil && !errors.Is(err, errStop) {
-			yield(nil, err)
+			yield(ListedRevision{}, err)
 		}
 	}
 }

@@ -20,6 +20,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -29,6 +31,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/sink"
 )
 
 // PostgresOptions choose the tables and encoding of the SpecStar Postgres
@@ -77,9 +80,51 @@ type PostgresOptions struct {
 
 // RevisionLister lists one resource's revisions in a resource store kept
 // outside Postgres (sink.S3 is one); it exists so the Postgres source can
-// read a Postgres+S3 deployment without depending on the S3 code.
+// read a Postgres+S3 deployment without opening S3 itself.
 type RevisionLister interface {
 	ResourceRevisions(ctx context.Context, model, rid string) iter.Seq2[*events.RawResource, error]
+}
+
+// RevisionIndex is a RevisionLister that can leave out the revisions
+// already published, told apart by their index object's key and ETag
+// (sink.S3 is one): a live source lists a resource on every change of it,
+// and would otherwise re-read its whole history each time.
+type RevisionIndex interface {
+	ListRevisions(ctx context.Context, model, rid string, skip func(sink.ListedRevision) bool) iter.Seq2[sink.ListedRevision, error]
+}
+
+// maxKnownIndex bounds the index objects a PostgresSource remembers as
+// published; past it the memory is cleared and revisions are read (and
+// published, harmlessly) again.
+const maxKnownIndex = 200_000
+
+// knownIndex remembers the index objects (key -> ETag) whose revisions
+// were published, for RevisionIndex.
+type knownIndex struct {
+	mu   sync.Mutex
+	etag map[string]string
+}
+
+func (k *knownIndex) has(key, etag string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	e, ok := k.etag[key]
+	return ok && e == etag && etag != ""
+}
+
+func (k *knownIndex) add(key, etag string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.etag == nil || len(k.etag) >= maxKnownIndex {
+		k.etag = map[string]string{}
+	}
+	k.etag[key] = etag
+}
+
+func (k *knownIndex) forget() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.etag = nil
 }
 
 // DefaultRevisionsWait is PostgresOptions.RevisionsWait when none is given:
@@ -90,6 +135,7 @@ const DefaultRevisionsWait = 10 * time.Second
 // replicate a live deployment (Snapshot, then Poll) rather than an archive.
 // It is safe for concurrent use.
 type PostgresSource struct {
+	known      knownIndex // revisions of RevisionsFrom already emitted
 	pool       *pgxpool.Pool
 	opts       PostgresOptions
 	enc        events.Encoding
@@ -97,6 +143,12 @@ type PostgresSource struct {
 	dataTable  string
 	indexTable string
 }
+
+// ForgetEmitted makes the source read every revision of a resource from
+// RevisionsFrom again, not only those not emitted before. A tail calls it
+// when it starts over from its stored position, since revisions emitted
+// after that position may never have reached the stream.
+func (s *PostgresSource) ForgetEmitted() { s.known.forget() }
 
 // Position is where a Snapshot stands, JSON-serializable so that the
 // caller can store it durably and resume a Snapshot after a crash.
@@ -402,7 +454,7 @@ func (s *PostgresSource) snapshotModel(ctx context.Context, tx pgx.Tx, model, af
 		if err != nil {
 			return fmt.Errorf("source: postgres %s: read metas after %q: %w", table, after, err)
 		}
-		err = s.emitResources(ctx, tx, model, table, page, func(rec events.Record, m *metaRow, last bool) error {
+		err = s.emitResources(ctx, tx, model, table, page, false, func(rec events.Record, m *metaRow, last bool) error {
 			if _, ok := rec.(*events.MetaRecord); ok {
 				st.Metas++
 			} else {
@@ -433,8 +485,9 @@ func collectMetas(rows pgx.Rows) ([]metaRow, error) {
 
 // emitResources emits, for each meta of page in order, its MetaRecord and
 // (with Revisions) its RevisionRecords, read in one streamed query; last
-// marks the final record of a resource.
-func (s *PostgresSource) emitResources(ctx context.Context, tx pgx.Tx, model, table string, page []metaRow,
+// marks the final record of a resource. live (Poll, StreamLogical) lets a
+// RevisionIndex leave out the revisions already emitted.
+func (s *PostgresSource) emitResources(ctx context.Context, tx pgx.Tx, model, table string, page []metaRow, live bool,
 	emit func(rec events.Record, m *metaRow, last bool) error) error {
 	if len(page) == 0 {
 		return nil
@@ -456,7 +509,7 @@ func (s *PostgresSource) emitResources(ctx context.Context, tx pgx.Tx, model, ta
 		for i := range page {
 			var err error
 			if s.opts.RevisionsFrom != nil {
-				err = s.emitListed(ctx, model, table, &page[i], metas[i], metaRecs[i], emit)
+				err = s.emitListed(ctx, model, table, &page[i], metas[i], metaRecs[i], live, emit)
 			} else {
 				err = emit(metaRecs[i], &page[i], true)
 			}
@@ -550,8 +603,10 @@ func (s *PostgresSource) emitResources(ctx context.Context, tx pgx.Tx, model, ta
 // only while a listing lags; the resource is listed again, with backoff,
 // for up to RevisionsWait (revisions already emitted are not emitted
 // again), then the read fails naming the resource and the missing key.
+// When live, revisions already emitted by this source (same index key and
+// ETag) are not read again.
 func (s *PostgresSource) emitListed(ctx context.Context, model, table string, m *metaRow, meta *events.ResourceMeta,
-	metaRec *events.MetaRecord, emit func(rec events.Record, m *metaRow, last bool) error) error {
+	metaRec *events.MetaRecord, live bool, emit func(rec events.Record, m *metaRow, last bool) error) error {
 	var held events.Record = metaRec // held back one step, so the last record can be marked
 	done := map[string]bool{}        // (revision_id, schema_version) already emitted
 	found := false
@@ -561,7 +616,8 @@ func (s *PostgresSource) emitListed(ctx context.Context, model, table string, m 
 	deadline := time.Now().Add(s.opts.RevisionsWait)
 	for {
 		var lastMissing error
-		for raw, err := range s.opts.RevisionsFrom.ResourceRevisions(ctx, model, m.rid) {
+		var knownCurrent atomic.Bool // the current revision, left out as already emitted
+		for lr, err := range s.listRevisions(ctx, model, m.rid, meta, live, &knownCurrent) {
 			if errors.Is(err, fs.ErrNotExist) {
 				// An index entry whose stored revision is gone (a purge
 				// half-way): skipped, as the store's own walks skip it.
@@ -573,6 +629,7 @@ func (s *PostgresSource) emitListed(ctx context.Context, model, table string, m 
 				return fmt.Errorf("source: postgres %s row %q: revisions from the resource store: %w", table, m.rid, err)
 			}
 			listed++
+			raw := lr.Revision
 			info := &raw.Info
 			if info.RevisionID == meta.CurrentRevisionID && sameVersion(info.SchemaVersion, meta.SchemaVersion) {
 				found = true
@@ -590,8 +647,11 @@ func (s *PostgresSource) emitListed(ctx context.Context, model, table string, m 
 				return err
 			}
 			held = &events.RevisionRecord{Data: b}
+			if lr.Key != "" {
+				s.known.add(lr.Key, lr.ETag)
+			}
 		}
-		if found {
+		if found || knownCurrent.Load() {
 			return emit(held, m, true)
 		}
 		wait := min(bo.NextBackOff(), time.Until(deadline))
@@ -611,6 +671,32 @@ func (s *PostgresSource) emitListed(ctx context.Context, model, table string, m 
 		case <-time.After(wait):
 		}
 	}
+}
+
+// listRevisions lists a resource's revisions from RevisionsFrom, leaving
+// out, when following changes (live) and where the store can tell, those
+// already emitted; a left-out current revision sets *knownCurrent (from
+// the store's listing goroutine). A snapshot emits everything.
+func (s *PostgresSource) listRevisions(ctx context.Context, model, rid string, meta *events.ResourceMeta, live bool, knownCurrent *atomic.Bool) iter.Seq2[sink.ListedRevision, error] {
+	idx, ok := s.opts.RevisionsFrom.(RevisionIndex)
+	if !ok {
+		return func(yield func(sink.ListedRevision, error) bool) {
+			for raw, err := range s.opts.RevisionsFrom.ResourceRevisions(ctx, model, rid) {
+				if !yield(sink.ListedRevision{Revision: raw}, err) {
+					return
+				}
+			}
+		}
+	}
+	return idx.ListRevisions(ctx, model, rid, func(lr sink.ListedRevision) bool {
+		if !live || !s.known.has(lr.Key, lr.ETag) {
+			return false
+		}
+		if lr.RevisionID == meta.CurrentRevisionID && sameVersion(lr.SchemaVersion, meta.SchemaVersion) {
+			knownCurrent.Store(true)
+		}
+		return true
+	})
 }
 
 // sameVersion compares two schema versions, None (or UNSET) equal to None.

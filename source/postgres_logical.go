@@ -702,7 +702,7 @@ func (st *logicalStream) emitTx(ctx context.Context, lsn pglogrepl.LSN) error {
 			}
 			page = append(page, more...)
 		}
-		err = s.emitResources(ctx, tx, model, table, page, func(rec events.Record, _ *metaRow, _ bool) error {
+		err = s.emitResources(ctx, tx, model, table, page, true, func(rec events.Record, _ *metaRow, _ bool) error {
 			return st.h.Record(model, rec, lsn)
 		})
 		if err != nil {

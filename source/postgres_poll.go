@@ -255,7 +255,7 @@ func (s *PostgresSource) pollPage(ctx context.Context, model, table, q string, s
 		}
 		changed = append(changed, *m)
 	}
-	err = s.emitResources(ctx, tx, model, table, changed, func(rec events.Record, m *metaRow, last bool) error {
+	err = s.emitResources(ctx, tx, model, table, changed, true, func(rec events.Record, m *metaRow, last bool) error {
 		if last {
 			advance(m)
 			mc.Recent[m.rid] = Seen{UpdatedTime: m.updated, Hash: m.hash}

@@ -80,7 +80,11 @@ func SnapshotS3(ctx context.Context, revs S3Revisions, blobs S3Blobs, models []s
 			h.Progress(st)
 		}
 	}
-	owner := map[[16]byte]int32{} // file_id -> index of the first model referencing it
+	// file_id -> index of the first model referencing it, with untyped set
+	// when a reference gives no content type: S3 answers a default type
+	// for such an object, and SpecStar's "" must travel instead.
+	owner := map[[16]byte]int32{}
+	const untyped = 1 << 30
 	for mi, model := range models {
 		err := revs.WalkRevisions(ctx, model, func(raw *events.RawResource) error {
 			b, err := raw.Encode(events.Msgpack)
@@ -94,6 +98,9 @@ func SnapshotS3(ctx context.Context, revs S3Revisions, blobs S3Blobs, models []s
 					if k, ok := fileKey(ref.FileID); ok {
 						if _, seen := owner[k]; !seen {
 							owner[k] = int32(mi)
+						}
+						if ref.ContentType == "" {
+							owner[k] |= untyped
 						}
 					}
 				}
@@ -115,6 +122,10 @@ func SnapshotS3(ctx context.Context, revs S3Revisions, blobs S3Blobs, models []s
 	err := blobs.WalkBlobs(ctx, func(b *events.Binary, open func(context.Context) (io.ReadCloser, error)) error {
 		k, ok := fileKey(b.FileID.Value)
 		mi, referenced := owner[k]
+		if mi&untyped != 0 {
+			mi &^= untyped
+			b.ContentType = events.Some("")
+		}
 		if !ok || !referenced {
 			st.UnreferencedBlobs++
 			if len(models) == 0 {

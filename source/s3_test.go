@@ -296,7 +296,6 @@ func TestPostgresS3Poll(t *testing.T) {
 	_, st := snapshotAll(t, src, Position{})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var got []emitted
 	done := make(chan error, 1)
 	recs := make(chan emitted, 100)
 	go func() {
@@ -305,21 +304,66 @@ func TestPostgresS3Poll(t *testing.T) {
 			return nil
 		})
 	}()
+	// wait collects n records from Poll.
+	wait := func(n int) []emitted {
+		t.Helper()
+		var got []emitted
+		deadline := time.After(5 * time.Second)
+		for len(got) < n {
+			select {
+			case r := <-recs:
+				got = append(got, r)
+			case <-deadline:
+				t.Fatalf("Poll emitted %d records within 5s, want %d", len(got), n)
+			}
+		}
+		select {
+		case r := <-recs:
+			t.Fatalf("Poll emitted more than %d records: %v", n, r.rec.Tag())
+		case <-time.After(300 * time.Millisecond):
+		}
+		return got
+	}
+	revisionIDs := func(got []emitted) []string {
+		var ids []string
+		for _, g := range got {
+			if rr, ok := g.rec.(*events.RevisionRecord); ok {
+				res, err := rr.Resource()
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, res.Info.RevisionID)
+			}
+		}
+		return ids
+	}
+
+	// The snapshot emitted issue:002's revisions: a change publishes the
+	// meta and only the revision the snapshot did not hold.
+	old := len(d["issue"]["issue:002"].revs)
 	wr, err := e.w.Update(ctx, "issue", "issue:002", payload("polled", 9), specstarpg.Write{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.add(wr)
-	changed := deployment{"issue": {"issue:002": d["issue"]["issue:002"]}}
-	deadline := time.After(5 * time.Second)
-	for len(got) < 1+len(changed["issue"]["issue:002"].revs) {
-		select {
-		case r := <-recs:
-			got = append(got, r)
-		case <-deadline:
-			t.Fatalf("Poll emitted %d records within 5s", len(got))
-		}
+	got := wait(2)
+	if ids := revisionIDs(got); len(ids) != 1 || ids[0] != wr.Info.RevisionID {
+		t.Fatalf("after a change, Poll emitted revisions %v, want only the new %s (of %d)", ids, wr.Info.RevisionID, old+1)
 	}
+	if _, ok := got[0].rec.(*events.MetaRecord); !ok {
+		t.Fatalf("first record %s, want the meta", got[0].rec.Tag())
+	}
+
+	// Starting over (a tail's restart) forgets that: every revision again,
+	// byte for byte what was written.
+	src.ForgetEmitted()
+	wr, err = e.w.Update(ctx, "issue", "issue:002", payload("polled again", 10), specstarpg.Write{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.add(wr)
+	changed := deployment{"issue": {"issue:002": d["issue"]["issue:002"]}}
+	got = wait(1 + len(changed["issue"]["issue:002"].revs))
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Poll ended with %v", err)

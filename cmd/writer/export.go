@@ -27,7 +27,7 @@ type archiveExporter struct {
 	blobs   blobOpener // nil: no blob store configured, blobs are left out
 	model   string
 	open    bool
-	pending []string // file_ids the open model references, in order
+	pending []events.BinaryRef // blobs the open model references, in order
 	seen    map[string]bool
 	stats   struct{ models, metas, revisions, blobs, missing int }
 	log     *slog.Logger
@@ -58,7 +58,7 @@ func (e *archiveExporter) record(ctx context.Context, model string, rec events.R
 				for _, ref := range refs {
 					if !e.seen[ref.FileID] {
 						e.seen[ref.FileID] = true
-						e.pending = append(e.pending, ref.FileID)
+						e.pending = append(e.pending, ref)
 					}
 				}
 			}
@@ -72,7 +72,8 @@ func (e *archiveExporter) endModel(ctx context.Context) error {
 	if !e.open {
 		return nil
 	}
-	for _, id := range e.pending {
+	for _, ref := range e.pending {
+		id := ref.FileID
 		bin, r, err := e.blobs.OpenBlob(ctx, id)
 		if errors.Is(err, fs.ErrNotExist) {
 			e.stats.missing++
@@ -87,7 +88,7 @@ func (e *archiveExporter) endModel(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("blob %s: %w", id, err)
 		}
-		if err := e.w.Write(&events.BlobRecord{FileID: id, BlobData: data, Size: int64(len(data)), ContentType: bin.ContentType.Value}); err != nil {
+		if err := e.w.Write(&events.BlobRecord{FileID: id, BlobData: data, Size: int64(len(data)), ContentType: contentType(e.blobs, bin, ref)}); err != nil {
 			return err
 		}
 		e.stats.blobs++

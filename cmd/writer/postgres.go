@@ -128,12 +128,7 @@ func (p *pgPublisher) publishBlob(ctx context.Context, model string, ref events.
 		return err
 	}
 	defer r.Close()
-	if _, ok := p.blobs.(*sink.S3); ok {
-		// SpecStar's S3 blob objects carry the type as S3's Content-Type,
-		// and S3 fills in a default (binary/octet-stream) where SpecStar
-		// gave none; the payload's reference is SpecStar's own record of it.
-		bin.ContentType = events.Some(ref.ContentType)
-	}
+	bin.ContentType = events.Some(contentType(p.blobs, bin, ref))
 	return p.publishBlobData(ctx, model, ref.FileID, bin, r)
 }
 
@@ -157,6 +152,17 @@ func (p *pgPublisher) publishBlobData(ctx context.Context, model, fileID string,
 		return err
 	}
 	return p.publish(ctx, model, &events.BlobRefRecord{FileID: fileID, Size: size, ContentType: ct, Bucket: p.bus.BlobBucket()})
+}
+
+// contentType is a blob's content type: the blob store's, except for S3,
+// whose objects carry it as S3's Content-Type, filled with a default
+// (application/octet-stream) where SpecStar gave none; there the payload's
+// reference is SpecStar's own record of it.
+func contentType(store blobOpener, bin *events.Binary, ref events.BinaryRef) string {
+	if _, ok := store.(*sink.S3); ok {
+		return ref.ContentType
+	}
+	return bin.ContentType.Value
 }
 
 type pgFlags struct {
@@ -396,6 +402,11 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	// stream is waited out with backoff, resuming from the stored position.
 	bo := backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(0), backoff.WithMaxInterval(30*time.Second))
 	for {
+		// Each attempt resumes from the stored position: revisions emitted
+		// after it may not have reached the stream, so none is skipped as
+		// already emitted.
+		p.src.ForgetEmitted()
+		started := time.Now()
 		p.m.streaming.Store(true)
 		if *mode == "logical" {
 			err = p.tailLogical(ctx, dsn, lo)
@@ -408,6 +419,9 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 		}
 		if serr := p.save(context.WithoutCancel(ctx)); serr != nil {
 			log.Warn("could not store the position", "err", serr)
+		}
+		if time.Since(started) > time.Minute {
+			bo.Reset() // it ran well for a while: this is a new failure, not the same one
 		}
 		wait := bo.NextBackOff()
 		p.m.restarts.Inc()

@@ -130,7 +130,7 @@ func docPayload(title string, files ...specstarpg.Blob) events.Value {
 	return events.Struct{Declared: 2, Fields: []events.StructField{{Name: "title", Value: title}, {Name: "files", Value: refs}}}
 }
 
-// populate writes two docs referencing three blobs (one of 2 MiB, more
+// populate writes two docs referencing four blobs (one of 2 MiB, more
 // than a message) and three issues, some updated.
 func (d *pgS3Deployment) populate(t *testing.T) {
 	ctx := context.Background()
@@ -138,9 +138,11 @@ func (d *pgS3Deployment) populate(t *testing.T) {
 	small := d.putBlob(t, "doc", []byte("hello"), "text/plain")
 	large := d.putBlob(t, "doc", bytes.Repeat([]byte("0123456789abcdef"), 2<<20/16), "application/octet-stream")
 	pdf := d.putBlob(t, "doc", []byte("%PDF-1.4"), "application/pdf")
+	// No content type: S3 answers a default one, but SpecStar's "" must travel.
+	untyped := d.putBlob(t, "doc", []byte("no type given"), "")
 	d.write(w.Create(ctx, "doc", "doc:1", docPayload("one", small), specstarpg.Write{}))
 	d.write(w.Update(ctx, "doc", "doc:1", docPayload("one+", small, large), specstarpg.Write{}))
-	d.write(w.Create(ctx, "doc", "doc:2", docPayload("two", pdf), specstarpg.Write{SchemaVersion: events.Some("v1")}))
+	d.write(w.Create(ctx, "doc", "doc:2", docPayload("two", pdf, untyped), specstarpg.Write{SchemaVersion: events.Some("v1")}))
 	for i := 1; i <= 3; i++ {
 		rid := fmt.Sprintf("issue:%d", i)
 		d.write(w.Create(ctx, "issue", rid, payload(rid, 0), specstarpg.Write{}))
@@ -178,7 +180,7 @@ func TestExportPostgresS3(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("export: exit %d\n%s%s", code, stdout, stderr)
 	}
-	if !strings.Contains(stdout, "2 models, 5 metas, 8 revisions, 3 blobs (0 referenced but missing)") {
+	if !strings.Contains(stdout, "2 models, 5 metas, 8 revisions, 4 blobs (0 referenced but missing)") {
 		t.Errorf("export summary: %s", stdout)
 	}
 	if code, vout, _ := runWriter(t, "verify", "--require-current", out); code != exitOK {
@@ -202,7 +204,7 @@ func TestExportPostgresS3(t *testing.T) {
 	// location (bucket "deploy", blobs/): here it holds none, so they are
 	// reported missing, and the rest is the same.
 	code, stdout, stderr = runWriter(t, "export", "--from", d.from, "--resources", d.resources, out)
-	if code != exitOK || !strings.Contains(stdout, "0 blobs (3 referenced but missing)") {
+	if code != exitOK || !strings.Contains(stdout, "0 blobs (4 referenced but missing)") {
 		t.Fatalf("export without --blobs: exit %d\n%s%s", code, stdout, stderr)
 	}
 }
@@ -358,7 +360,7 @@ func TestSnapshotS3Alone(t *testing.T) {
 	}
 	defer bus.Close()
 	code, out, errs := runWriter(t, "snapshot", "--resources", d.resources, "--blobs", d.blobs, "--nats", bus.URL())
-	if code != exitOK || !strings.Contains(out, "models [doc issue], 8 revisions, 4 blobs (1 referenced by no revision)") {
+	if code != exitOK || !strings.Contains(out, "models [doc issue], 8 revisions, 5 blobs (1 referenced by no revision)") {
 		t.Fatalf("snapshot: exit %d\n%s%s", code, out, errs)
 	}
 	compareSets(t, "stream", streamSet(t, bus), want)
