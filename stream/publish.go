@@ -174,15 +174,48 @@ func (p *Publisher) PutBlobStream(ctx context.Context, fileID string, size int64
 	return nil
 }
 
-// OpenBlob reads a blob from the object store.
+// Reading a blob from the object store must finish within
+// blobReadBase plus its size at blobReadFloor bytes per second: nats.go
+// gives a whole object read its default request timeout (5 s) when the
+// context has no deadline, so a sink slower than that (a 1 GiB blob going
+// to S3) failed every attempt and retried forever.
+const (
+	blobReadBase  = time.Minute
+	blobReadFloor = 1 << 20 // 1 MiB/s
+)
+
+// OpenBlob reads a blob from the object store. The read's deadline grows
+// with the blob's size (see blobReadFloor) unless ctx has one; Close
+// releases it.
 func (b *Bus) OpenBlob(ctx context.Context, bucket, fileID string) (io.ReadCloser, error) {
 	obj, err := b.JS.ObjectStore(ctx, bucket)
 	if err != nil {
 		return nil, fmt.Errorf("object store %s: %w", bucket, err)
 	}
+	cancel := context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		info, err := obj.GetInfo(ctx, fileID)
+		if err != nil {
+			return nil, fmt.Errorf("blob %s in %s: %w", fileID, bucket, err)
+		}
+		ctx, cancel = context.WithTimeout(ctx, blobReadBase+time.Duration(info.Size/blobReadFloor)*time.Second)
+	}
 	r, err := obj.Get(ctx, fileID)
 	if err != nil {
+		cancel()
 		return nil, fmt.Errorf("blob %s in %s: %w", fileID, bucket, err)
 	}
-	return r, nil
+	return &blobReader{ReadCloser: r, cancel: cancel}, nil
+}
+
+// blobReader releases a blob read's deadline when closed.
+type blobReader struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (r *blobReader) Close() error {
+	err := r.ReadCloser.Close()
+	r.cancel()
+	return err
 }
