@@ -57,10 +57,16 @@ func openBusFor(ctx context.Context, name string, args []string, stderr io.Write
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	var bf busFlags
 	bf.register(fs)
+	var cf configOnly
+	cf.register(fs)
 	sinkName := fs.String("sink", "", "only this sink's dead letters (its consumer name)")
 	pos, ok := parse(fs, args, stderr)
 	if !ok || len(pos) != 0 {
 		fmt.Fprintf(stderr, "replicator %s: unexpected arguments\n", name)
+		return nil, "", exitUsage
+	}
+	if err := cf.apply(fs); err != nil {
+		fmt.Fprintf(stderr, "replicator %s: %v\n", name, err)
 		return nil, "", exitUsage
 	}
 	bus, err := stream.Open(ctx, bf.cfg, log)

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -69,8 +70,8 @@ common flags: --nats URL (default $NATS_URL; neither: embedded server),
   --stream NAME, --data-dir DIR (embedded server storage), --subject-prefix P;
   in a second region: --mirror-of STREAM with --mirror-domain D (leaf node)
   or --mirror-api-prefix P, and --domain D for an embedded server;
-  --config FILE (default $SPECSTAR_CONFIG; run, mirror, verify, reconcile):
-  named deployments and these settings in YAML (see README)
+  --config FILE (default $SPECSTAR_CONFIG): these settings in YAML, and the
+  deployments run, mirror, verify and reconcile may name (see README)
 `
 
 func main() {
@@ -132,6 +133,27 @@ func (b *busFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.cfg.MirrorDomain, "mirror-domain", "", "JetStream domain of the --mirror-of stream (leaf-node regions): API prefix $JS.<domain>.API")
 	fs.StringVar(&b.cfg.MirrorAPIPrefix, "mirror-api-prefix", "", "external JetStream API prefix of the --mirror-of stream (instead of --mirror-domain)")
 	fs.StringVar(&b.cfg.Domain, "domain", "", "JetStream domain of the embedded server")
+}
+
+// configOnly is --config for the commands that name no deployment (status,
+// dlq): the file's nats settings fill the bus flags the command line left
+// unset, so a region's status is `replicator status --config b.yaml`.
+type configOnly struct{ path string }
+
+func (c *configOnly) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.path, "config", os.Getenv("SPECSTAR_CONFIG"), "YAML file whose nats settings apply (default $SPECSTAR_CONFIG)")
+}
+
+// apply reads the file, if any, into fs's unset flags.
+func (c *configOnly) apply(fs *flag.FlagSet) error {
+	if c.path == "" {
+		return nil
+	}
+	cfg, err := deployment.Load(c.path)
+	if err != nil {
+		return err
+	}
+	return cfg.ApplyFlags(fs)
 }
 
 // multiFlag collects a repeated flag.

@@ -641,8 +641,17 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("last error %q at %q, want the dead letter's reason", s.LastError, s.LastErrorAt)
 	}
 	replay(t, bus, testfixtures.Path(t, "msgpack.acbak"))
-	_, out, _ = runCmd(t, "status", "--nats", bus.URL(), "--json")
+	// The bus named by a configuration file, as a region's operator runs it.
+	cfg := filepath.Join(t.TempDir(), "region.yaml")
+	if err := os.WriteFile(cfg, []byte("nats:\n  url: "+bus.URL()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, out, _ = runCmd(t, "status", "--config", cfg, "--json")
+	got.Sinks = nil
 	json.Unmarshal([]byte(out), &got)
+	if len(got.Sinks) != 1 {
+		t.Fatalf("status --config: %s", out)
+	}
 	if s := got.Sinks[0]; s.Pending == 0 || s.OldestUnacked == "" {
 		t.Fatalf("with new events: %+v", s)
 	}

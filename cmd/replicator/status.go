@@ -91,9 +91,15 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	var bf busFlags
 	bf.register(fs)
+	var cf configOnly
+	cf.register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	pos, ok := parse(fs, args, stderr)
 	if !ok || len(pos) != 0 {
+		return exitUsage
+	}
+	if err := cf.apply(fs); err != nil {
+		fmt.Fprintf(stderr, "replicator status: %v\n", err)
 		return exitUsage
 	}
 	bus, err := stream.Open(ctx, bf.cfg, log)
