@@ -362,19 +362,7 @@ func (d *Disk) ApplyRevision(ctx context.Context, model string, res *events.RawR
 		return 0, invalid("revision", "nil")
 	}
 	info := &res.Info
-	if err := checkModel(model); err != nil {
-		return 0, err
-	}
-	if err := checkUID(info.UID); err != nil {
-		return 0, err
-	}
-	if err := checkResourceID(info.ResourceID); err != nil {
-		return 0, err
-	}
-	if err := checkRevisionID(info.RevisionID); err != nil {
-		return 0, err
-	}
-	if err := checkSchemaVersion(info.SchemaVersion); err != nil {
+	if err := checkRevisionInfo(model, info); err != nil {
 		return 0, err
 	}
 	if d.opts.OnDuplicate == dupSkip && d.isSkipped(model, info.ResourceID) {

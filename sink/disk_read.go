@@ -69,16 +69,7 @@ func (d *Disk) Revision(ctx context.Context, model, resourceID, revisionID strin
 	if err := d.check(ctx); err != nil {
 		return nil, nil, err
 	}
-	if err := checkModel(model); err != nil {
-		return nil, nil, err
-	}
-	if err := checkResourceID(resourceID); err != nil {
-		return nil, nil, err
-	}
-	if err := checkRevisionID(revisionID); err != nil {
-		return nil, nil, err
-	}
-	if err := checkSchemaVersion(schemaVersion); err != nil {
+	if err := checkRevisionKey(model, resourceID, revisionID, schemaVersion); err != nil {
 		return nil, nil, err
 	}
 	dataDir := filepath.Join(d.root, model, "data")

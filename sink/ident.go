@@ -3,6 +3,8 @@ package sink
 import (
 	"fmt"
 	"strings"
+
+	"github.com/specstar/replicator/events"
 )
 
 // maxSegment is the longest file name Linux file systems accept (NAME_MAX).
@@ -135,4 +137,32 @@ func checkFileID(fileID string) (string, error) {
 		return "", err
 	}
 	return name, nil
+}
+
+// checkRevisionKey checks the identifiers that place one revision in a
+// resource store (disk or S3): model, resource_id, revision_id and
+// schema_version, in that order.
+func checkRevisionKey(model, resourceID, revisionID string, schemaVersion events.Opt[string]) error {
+	if err := checkModel(model); err != nil {
+		return err
+	}
+	if err := checkResourceID(resourceID); err != nil {
+		return err
+	}
+	if err := checkRevisionID(revisionID); err != nil {
+		return err
+	}
+	return checkSchemaVersion(schemaVersion)
+}
+
+// checkRevisionInfo is checkRevisionKey for a revision to store, plus its
+// uid (checked after the model, as the stores always did).
+func checkRevisionInfo(model string, info *events.RevisionInfo) error {
+	if err := checkModel(model); err != nil {
+		return err
+	}
+	if err := checkUID(info.UID); err != nil {
+		return err
+	}
+	return checkRevisionKey(model, info.ResourceID, info.RevisionID, info.SchemaVersion)
 }

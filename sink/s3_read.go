@@ -36,16 +36,7 @@ func (s *S3) Revision(ctx context.Context, model, resourceID, revisionID string,
 	if err := s.check(ctx); err != nil {
 		return nil, nil, err
 	}
-	if err := checkModel(model); err != nil {
-		return nil, nil, err
-	}
-	if err := checkResourceID(resourceID); err != nil {
-		return nil, nil, err
-	}
-	if err := checkRevisionID(revisionID); err != nil {
-		return nil, nil, err
-	}
-	if err := checkSchemaVersion(schemaVersion); err != nil {
+	if err := checkRevisionKey(model, resourceID, revisionID, schemaVersion); err != nil {
 		return nil, nil, err
 	}
 	key := s.indexKey(model, resourceID, revisionID, schemaVersion)

@@ -39,19 +39,7 @@ func (s *S3) ApplyRevision(ctx context.Context, model string, res *events.RawRes
 		return 0, invalid("revision", "nil")
 	}
 	info := &res.Info
-	if err := checkModel(model); err != nil {
-		return 0, err
-	}
-	if err := checkUID(info.UID); err != nil {
-		return 0, err
-	}
-	if err := checkResourceID(info.ResourceID); err != nil {
-		return 0, err
-	}
-	if err := checkRevisionID(info.RevisionID); err != nil {
-		return 0, err
-	}
-	if err := checkSchemaVersion(info.SchemaVersion); err != nil {
+	if err := checkRevisionInfo(model, info); err != nil {
 		return 0, err
 	}
 	indexKey := s.indexKey(model, info.ResourceID, info.RevisionID, info.SchemaVersion)

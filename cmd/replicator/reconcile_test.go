@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
@@ -379,30 +378,8 @@ func TestReconcilePruneDisk(t *testing.T) {
 // small.acbak through the stream, holding three resources it does not.
 func TestReconcilePrunePostgres(t *testing.T) {
 	ctx := context.Background()
-	prefix := fmt.Sprintf("rcp_%d_", time.Now().UnixNano()%1_000_000_000)
-	conn, err := pgxConnect(ctx, pgDSN())
-	if err != nil {
-		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", pgDSN(), err)
-	}
-	t.Cleanup(func() {
-		rows, _ := conn.Query(ctx, "SELECT tablename FROM pg_tables WHERE tablename LIKE $1", prefix+"%")
-		var names []string
-		for rows.Next() {
-			var n string
-			rows.Scan(&n)
-			names = append(names, n)
-		}
-		rows.Close()
-		for _, n := range names {
-			conn.Exec(ctx, `DROP TABLE IF EXISTS "`+n+`" CASCADE`)
-		}
-		conn.Close(ctx)
-	})
-	sep := "?"
-	if strings.Contains(pgDSN(), "?") {
-		sep = "&"
-	}
-	pgURL := pgDSN() + sep + "table_prefix=" + prefix + "&revisions=true"
+	_, prefix := pgTables(t, "rcp")
+	pgURL := pgDSN() + pgSep() + "table_prefix=" + prefix + "&revisions=true"
 	bus := testBus(t)
 	replay(t, bus, testfixtures.Path(t, "small.acbak"))
 	drain(t, bus, pgURL)

@@ -545,30 +545,8 @@ func pgDSN() string {
 // equal to the archive.
 func TestPostgresAndDiskSinks(t *testing.T) {
 	ctx := context.Background()
-	prefix := fmt.Sprintf("e2e_%d_", time.Now().UnixNano()%1_000_000_000)
-	conn, err := pgxConnect(ctx, pgDSN())
-	if err != nil {
-		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", pgDSN(), err)
-	}
-	t.Cleanup(func() {
-		rows, _ := conn.Query(ctx, "SELECT tablename FROM pg_tables WHERE tablename LIKE $1", prefix+"%")
-		var names []string
-		for rows.Next() {
-			var n string
-			rows.Scan(&n)
-			names = append(names, n)
-		}
-		rows.Close()
-		for _, n := range names {
-			conn.Exec(ctx, `DROP TABLE IF EXISTS "`+n+`" CASCADE`)
-		}
-		conn.Close(ctx)
-	})
-	sep := "?"
-	if strings.Contains(pgDSN(), "?") {
-		sep = "&"
-	}
-	pg := pgDSN() + sep + "table_prefix=" + prefix + "&revisions=true"
+	conn, prefix := pgTables(t, "e2e")
+	pg := pgDSN() + pgSep() + "table_prefix=" + prefix + "&revisions=true"
 	dir := t.TempDir()
 	for _, name := range []string{"small.acbak", "msgpack.acbak"} {
 		bus := testBus(t)
@@ -579,7 +557,7 @@ func TestPostgresAndDiskSinks(t *testing.T) {
 		}
 		for _, s := range []string{pg, dir} {
 			if code, out, errs := runCmd(t, "verify", "--archive", testfixtures.Path(t, name), "--sink", s); code != exitOK {
-				t.Fatalf("%s: verify %s: exit %d\n%s%s", name, redact(s), code, out, errs)
+				t.Fatalf("%s: verify %s: exit %d\n%s%s", name, source.Redact(s), code, out, errs)
 			}
 		}
 		// Rewind the disk sink for the next archive's models.
@@ -674,4 +652,39 @@ func TestGapIsRefused(t *testing.T) {
 	if code, out, errs := runCmd(t, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--accept-gap", "--sink", dir); code != exitOK {
 		t.Fatalf("--accept-gap: exit %d\n%s%s", code, out, errs)
 	}
+}
+
+// pgTables connects to the test Postgres with a fresh table prefix made
+// from stem; the prefix's tables are dropped at cleanup.
+func pgTables(t *testing.T, stem string) (*pgx.Conn, string) {
+	t.Helper()
+	ctx := context.Background()
+	prefix := fmt.Sprintf("%s_%d_", stem, time.Now().UnixNano()%1_000_000_000)
+	conn, err := pgxConnect(ctx, pgDSN())
+	if err != nil {
+		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", pgDSN(), err)
+	}
+	t.Cleanup(func() {
+		rows, _ := conn.Query(ctx, "SELECT tablename FROM pg_tables WHERE tablename LIKE $1", prefix+"%")
+		var names []string
+		for rows.Next() {
+			var n string
+			rows.Scan(&n)
+			names = append(names, n)
+		}
+		rows.Close()
+		for _, n := range names {
+			conn.Exec(ctx, `DROP TABLE IF EXISTS "`+n+`" CASCADE`)
+		}
+		conn.Close(ctx)
+	})
+	return conn, prefix
+}
+
+// pgSep is what joins a query parameter to PG_DSN.
+func pgSep() string {
+	if strings.Contains(pgDSN(), "?") {
+		return "&"
+	}
+	return "?"
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/sink"
+	"github.com/specstar/replicator/source"
 )
 
 // applier is what the worker needs from a sink.
@@ -50,9 +51,9 @@ var postgresOptionKeys = map[string]bool{
 func parsePostgresSink(raw string) (*sinkSpec, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("sink %q: %w", redact(raw), err)
+		return nil, fmt.Errorf("sink %q: %w", source.Redact(raw), err)
 	}
-	s := &sinkSpec{raw: redact(raw), kind: "postgres"}
+	s := &sinkSpec{raw: source.Redact(raw), kind: "postgres"}
 	q := u.Query()
 	driver := url.Values{}
 	for k, vs := range q {
@@ -93,18 +94,6 @@ func parsePostgresSink(raw string) (*sinkSpec, error) {
 		s.name = fmt.Sprintf("sink-pg-%x", h[:6])
 	}
 	return s, nil
-}
-
-// redact hides a password in a URL for logs and consumer descriptions.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
 }
 
 func splitList(v string) []string {

@@ -162,18 +162,10 @@ func compareSink(ctx context.Context, src recordSource, snk sinkReader, h holds,
 				continue
 			}
 			c.Blobs++
-			bin, r, err := snk.OpenBlob(ctx, rec.FileID)
-			if err != nil {
-				diff(sr.Where, "blob %s: %v", rec.FileID, missingOr(err))
-				continue
-			}
-			h := dedup.NewFileIDHasher()
-			n, err := io.Copy(h, r)
-			r.Close()
+			bin, n, sum, ok := readSinkBlob(ctx, snk, sr.Where, rec.FileID, diff)
 			switch {
-			case err != nil:
-				diff(sr.Where, "blob %s: reading it: %v", rec.FileID, err)
-			case n != int64(len(rec.BlobData)) || dedup.HexSum(h) != dedup.FileID(rec.BlobData):
+			case !ok:
+			case n != int64(len(rec.BlobData)) || sum != dedup.FileID(rec.BlobData):
 				diff(sr.Where, "blob %s: bytes differ (%d in sink, %d in source)", rec.FileID, n, len(rec.BlobData))
 			case bin.ContentType.Value != rec.ContentType:
 				diff(sr.Where, "blob %s: content type %q in sink, %q in source", rec.FileID, bin.ContentType.Value, rec.ContentType)
@@ -186,18 +178,10 @@ func compareSink(ctx context.Context, src recordSource, snk sinkReader, h holds,
 				continue
 			}
 			c.Blobs++
-			bin, r, err := snk.OpenBlob(ctx, rec.FileID)
-			if err != nil {
-				diff(sr.Where, "blob %s: %v", rec.FileID, missingOr(err))
-				continue
-			}
-			h := dedup.NewFileIDHasher()
-			n, err := io.Copy(h, r)
-			r.Close()
+			bin, n, sum, ok := readSinkBlob(ctx, snk, sr.Where, rec.FileID, diff)
 			switch {
-			case err != nil:
-				diff(sr.Where, "blob %s: reading it: %v", rec.FileID, err)
-			case dedup.HexSum(h) != rec.FileID:
+			case !ok:
+			case sum != rec.FileID:
 				diff(sr.Where, "blob %s: the sink's %d bytes do not hash to its file_id", rec.FileID, n)
 			case rec.Size >= 0 && n != rec.Size:
 				diff(sr.Where, "blob %s: %d bytes in sink, the reference says %d", rec.FileID, n, rec.Size)
@@ -207,6 +191,24 @@ func compareSink(ctx context.Context, src recordSource, snk sinkReader, h holds,
 		}
 	}
 	return c, nil
+}
+
+// readSinkBlob reads a sink's blob through the file_id hasher, for
+// compareSink: its Binary, its length and its hash. A blob that cannot be
+// opened or read is reported through diff, and ok is false.
+func readSinkBlob(ctx context.Context, snk sinkReader, where, fileID string, diff func(where, format string, args ...any)) (bin *events.Binary, n int64, sum string, ok bool) {
+	bin, r, err := snk.OpenBlob(ctx, fileID)
+	if err != nil {
+		diff(where, "blob %s: %v", fileID, missingOr(err))
+		return nil, 0, "", false
+	}
+	defer r.Close()
+	h := dedup.NewFileIDHasher()
+	if n, err = io.Copy(h, r); err != nil {
+		diff(where, "blob %s: reading it: %v", fileID, err)
+		return nil, 0, "", false
+	}
+	return bin, n, dedup.HexSum(h), true
 }
 
 func missingOr(err error) string {

@@ -178,11 +178,7 @@ func startReplicator(b *testing.B, bin, natsURL, dir string) (stop func()) {
 // stream read by a fresh replicator into a fresh sink; its lag runs from
 // just before the publication to the sink showing it.
 func BenchmarkTailLag(b *testing.B) {
-	dir := b.TempDir()
-	repl := filepath.Join(dir, "replicator")
-	if out, err := exec.Command("go", "build", "-o", repl, "../replicator").CombinedOutput(); err != nil {
-		b.Fatalf("build replicator: %v\n%s", err, out)
-	}
+	repl := buildBinary(b, "../replicator")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var tailP50, tailP99, baseP50, baseP99, rate float64
 	for b.Loop() {

@@ -37,14 +37,7 @@ var e2eModels = [2]string{"doc", "issue"}
 // t, so the processes under test are the real commands.
 func e2eBuild(t *testing.T) (writerBin, replBin string) {
 	t.Helper()
-	dir := t.TempDir()
-	writerBin, replBin = filepath.Join(dir, "writer"), filepath.Join(dir, "replicator")
-	for bin, pkg := range map[string]string{writerBin: ".", replBin: "../replicator"} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, out)
-		}
-	}
-	return writerBin, replBin
+	return buildBinary(t, "."), buildBinary(t, "../replicator")
 }
 
 // e2eS3URL names an S3 store at endpoint as the writer and the replicator

@@ -100,10 +100,7 @@ func tailScenario(t *testing.T, dsn, wantMode string) {
 		t.Fatal(err)
 	}
 	defer bus.Close()
-	repl := filepath.Join(t.TempDir(), "replicator")
-	if out, err := exec.Command("go", "build", "-o", repl, "../replicator").CombinedOutput(); err != nil {
-		t.Fatalf("build replicator: %v\n%s", err, out)
-	}
+	repl := buildBinary(t, "../replicator")
 	sep := "?"
 	if strings.Contains(dsn, "?") {
 		sep = "&"
@@ -191,13 +188,7 @@ func TestLogicalTailUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a throwaway cluster and two binaries per variant")
 	}
-	dir := t.TempDir()
-	writerBin, replBin := filepath.Join(dir, "writer"), filepath.Join(dir, "replicator")
-	for bin, pkg := range map[string]string{writerBin: ".", replBin: "../replicator"} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, out)
-		}
-	}
+	writerBin, replBin := buildBinary(t, "."), buildBinary(t, "../replicator")
 	for _, variant := range []string{"steady", "postgres-restart", "tail-killed"} {
 		t.Run(variant, func(t *testing.T) {
 			ctx := context.Background()
@@ -366,10 +357,7 @@ func TestSnapshotPublishesReferencedBlobs(t *testing.T) {
 	if code, out, errs := runWriter(t, "snapshot", "--from", from, "--nats", bus.URL()); code != exitOK {
 		t.Fatalf("snapshot: exit %d\n%s%s", code, out, errs)
 	}
-	repl := filepath.Join(t.TempDir(), "replicator")
-	if out, err := exec.Command("go", "build", "-o", repl, "../replicator").CombinedOutput(); err != nil {
-		t.Fatalf("build replicator: %v\n%s", err, out)
-	}
+	repl := buildBinary(t, "../replicator")
 	mirror := t.TempDir()
 	if out, err := exec.Command(repl, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", mirror).CombinedOutput(); err != nil {
 		t.Fatalf("replicator run: %v\n%s", err, out)
@@ -462,10 +450,7 @@ func TestLogicalTailPropagatesDeletes(t *testing.T) {
 	if out := <-done; !strings.Contains(out, "(logical) stopped") {
 		t.Fatalf("tail: %s", out)
 	}
-	repl := filepath.Join(t.TempDir(), "replicator")
-	if out, err := exec.Command("go", "build", "-o", repl, "../replicator").CombinedOutput(); err != nil {
-		t.Fatalf("build replicator: %v\n%s", err, out)
-	}
+	repl := buildBinary(t, "../replicator")
 	mirror := t.TempDir()
 	if out, err := exec.Command(repl, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", mirror).CombinedOutput(); err != nil {
 		t.Fatalf("replicator run: %v\n%s", err, out)
@@ -488,40 +473,12 @@ func TestLogicalTailPropagatesDeletes(t *testing.T) {
 // (blobs into a disk sink beside it), then exported back with writer
 // export, holds the same metas, revisions and blobs, and verifies.
 func TestArchivePostgresRoundTrip(t *testing.T) {
-	ctx := context.Background()
-	repl := filepath.Join(t.TempDir(), "replicator")
-	if out, err := exec.Command("go", "build", "-o", repl, "../replicator").CombinedOutput(); err != nil {
-		t.Fatalf("build replicator: %v\n%s", err, out)
-	}
+	repl := buildBinary(t, "../replicator")
 	for _, name := range []string{"small.acbak", "blobs.acbak"} {
 		t.Run(name, func(t *testing.T) {
 			archive := testfixtures.Path(t, name)
-			prefix := fmt.Sprintf("rt_%d_", time.Now().UnixNano()%1_000_000_000)
-			conn, err := pgx.Connect(ctx, pgDSN())
-			if err != nil {
-				t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", pgDSN(), err)
-			}
-			t.Cleanup(func() {
-				rows, _ := conn.Query(ctx, "SELECT tablename FROM pg_tables WHERE tablename LIKE $1", prefix+"%")
-				names, _ := pgx.CollectRows(rows, pgx.RowTo[string])
-				for _, n := range names {
-					conn.Exec(ctx, `DROP TABLE IF EXISTS "`+n+`" CASCADE`)
-				}
-				conn.Close(ctx)
-			})
-			bus, err := stream.Open(ctx, stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer bus.Close()
-			if code, out, errs := runWriter(t, "replay", archive, "--nats", bus.URL()); code != exitOK {
-				t.Fatalf("replay: %d\n%s%s", code, out, errs)
-			}
-			sep := "?"
-			if strings.Contains(pgDSN(), "?") {
-				sep = "&"
-			}
-			pg := pgDSN() + sep + "table_prefix=" + prefix + "&revisions=true"
+			_, bus, pg, _ := replayWithTables(t, archive, "rt")
+			pg += "&revisions=true"
 			blobDir := t.TempDir()
 			if out, err := exec.Command(repl, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", pg, "--sink", blobDir).CombinedOutput(); err != nil {
 				t.Fatalf("replicator run: %v\n%s", err, out)
@@ -569,4 +526,54 @@ func recordSet(t *testing.T, path string) map[string]bool {
 		}
 	}
 	return set
+}
+
+// buildBinary builds the command in pkg (relative to this package) into a
+// temporary directory, so tests can run it as a real process.
+func buildBinary(tb testing.TB, pkg string) string {
+	tb.Helper()
+	name := filepath.Base(pkg)
+	if pkg == "." {
+		name = "writer" // this package
+	}
+	bin := filepath.Join(tb.TempDir(), name)
+	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		tb.Fatalf("build %s: %v\n%s", pkg, err, out)
+	}
+	return bin
+}
+
+// replayWithTables prepares a round trip through Postgres tables: a fresh
+// table prefix (its tables dropped at cleanup) and archive replayed onto a
+// fresh embedded stream. It returns the connection, the stream, the
+// Postgres URL with table_prefix set, and the prefix.
+func replayWithTables(t *testing.T, archive, stem string) (conn *pgx.Conn, bus *stream.Bus, pg, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	prefix = fmt.Sprintf("%s_%d_", stem, time.Now().UnixNano()%1_000_000_000)
+	conn, err := pgx.Connect(ctx, pgDSN())
+	if err != nil {
+		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", pgDSN(), err)
+	}
+	t.Cleanup(func() {
+		rows, _ := conn.Query(ctx, "SELECT tablename FROM pg_tables WHERE tablename LIKE $1", prefix+"%")
+		names, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+		for _, n := range names {
+			conn.Exec(ctx, `DROP TABLE IF EXISTS "`+n+`" CASCADE`)
+		}
+		conn.Close(ctx)
+	})
+	bus, err = stream.Open(ctx, stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bus.Close)
+	if code, out, errs := runWriter(t, "replay", archive, "--nats", bus.URL()); code != exitOK {
+		t.Fatalf("replay: %d\n%s%s", code, out, errs)
+	}
+	sep := "?"
+	if strings.Contains(pgDSN(), "?") {
+		sep = "&"
+	}
+	return conn, bus, pgDSN() + sep + "table_prefix=" + prefix, prefix
 }

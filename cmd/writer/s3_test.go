@@ -372,11 +372,7 @@ func TestSnapshotS3Alone(t *testing.T) {
 // export, holds the same metas, revisions and blobs, byte for byte; and
 // `replicator verify` finds the deployment equal to the archive.
 func TestArchivePostgresS3RoundTrip(t *testing.T) {
-	ctx := context.Background()
-	repl := filepath.Join(t.TempDir(), "replicator")
-	if out, err := exec.Command("go", "build", "-o", repl, "../replicator").CombinedOutput(); err != nil {
-		t.Fatalf("build replicator: %v\n%s", err, out)
-	}
+	repl := buildBinary(t, "../replicator")
 	srv := s3test.Start(t)
 	for _, kv := range srv.Env() { // both commands take S3 credentials from the AWS chain
 		k, v, _ := strings.Cut(kv, "=")
@@ -389,32 +385,7 @@ func TestArchivePostgresS3RoundTrip(t *testing.T) {
 			bucket := fmt.Sprintf("rt%d", i)
 			srv.CreateBucket(t, bucket)
 			resources, blobs := "s3://"+bucket+"/{model}/data/"+q, "s3://"+bucket+"/blobs/"+q
-			prefix := fmt.Sprintf("rts3_%d_", time.Now().UnixNano()%1_000_000_000)
-			conn, err := pgx.Connect(ctx, pgDSN())
-			if err != nil {
-				t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", pgDSN(), err)
-			}
-			t.Cleanup(func() {
-				rows, _ := conn.Query(ctx, "SELECT tablename FROM pg_tables WHERE tablename LIKE $1", prefix+"%")
-				names, _ := pgx.CollectRows(rows, pgx.RowTo[string])
-				for _, n := range names {
-					conn.Exec(ctx, `DROP TABLE IF EXISTS "`+n+`" CASCADE`)
-				}
-				conn.Close(ctx)
-			})
-			bus, err := stream.Open(ctx, stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer bus.Close()
-			if code, out, errs := runWriter(t, "replay", archive, "--nats", bus.URL()); code != exitOK {
-				t.Fatalf("replay: %d\n%s%s", code, out, errs)
-			}
-			sep := "?"
-			if strings.Contains(pgDSN(), "?") {
-				sep = "&"
-			}
-			pg := pgDSN() + sep + "table_prefix=" + prefix
+			conn, bus, pg, prefix := replayWithTables(t, archive, "rts3")
 			if out, err := exec.Command(repl, "run", "--nats", bus.URL(), "--until-drained", "--listen", "",
 				"--meta", pg, "--resources", resources, "--blobs", blobs).CombinedOutput(); err != nil {
 				t.Fatalf("replicator run: %v\n%s", err, out)

@@ -3,7 +3,6 @@ package deployment
 import (
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -204,16 +203,4 @@ func Resolve(cfg *Config, value string) (Deployment, error) {
 		return d, err
 	}
 	return Deployment{URL: value}.Resolved()
-}
-
-// redact hides a URL's password, for logs.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
 }

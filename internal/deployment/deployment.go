@@ -7,6 +7,8 @@ package deployment
 import (
 	"fmt"
 	"strings"
+
+	"github.com/specstar/replicator/source"
 )
 
 // Layer names one of a deployment's three stores, for messages and flags.
@@ -125,12 +127,12 @@ func (d Deployment) Single() (string, bool) {
 // String describes the deployment for logs, passwords hidden.
 func (d Deployment) String() string {
 	if u, ok := d.Single(); ok {
-		return redact(u)
+		return source.Redact(u)
 	}
 	var parts []string
 	for _, l := range []Layer{MetaLayer, ResourcesLayer, BlobsLayer} {
 		if u := d.Layer(l); u != "" {
-			parts = append(parts, string(l)+"="+redact(u))
+			parts = append(parts, string(l)+"="+source.Redact(u))
 		}
 	}
 	s := strings.Join(parts, " ")
