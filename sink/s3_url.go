@@ -134,3 +134,28 @@ func parseByteSize(s string) (int64, error) {
 	}
 	return n * mult, nil
 }
+
+// ParseS3BlobURL reads an s3:// URL naming a blob store (a deployment's
+// --blobs): the bucket holds the blobs and the path is their prefix
+// ("blobs/" when none is given), unless blob_bucket= or blob_prefix= say
+// otherwise. The resource side of the options is left empty.
+func ParseS3BlobURL(raw string) (S3Options, error) {
+	o, err := ParseS3URL(raw)
+	if err != nil {
+		return o, err
+	}
+	if o.BlobBucket == "" {
+		o.BlobBucket = o.Bucket
+	}
+	if o.BlobPrefix == "" {
+		o.BlobPrefix = "blobs/"
+		if p := o.Prefix; p != "" {
+			if !strings.HasSuffix(p, "/") {
+				p += "/"
+			}
+			o.BlobPrefix = p
+		}
+	}
+	o.Bucket, o.Prefix = o.BlobBucket, "" // the resource side of this store is not used
+	return o, nil
+}

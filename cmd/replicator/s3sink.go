@@ -20,14 +20,10 @@ type s3Spec struct {
 
 // options parses the URL for the sink package.
 func (s s3Spec) options() (sink.S3Options, error) {
-	o, err := sink.ParseS3URL(s.url)
-	if err != nil {
-		return o, err
-	}
 	if s.blobStore {
-		o.BlobBucket, o.BlobPrefix = o.Bucket, o.Prefix
+		return sink.ParseS3BlobURL(s.url)
 	}
-	return o, nil
+	return sink.ParseS3URL(s.url)
 }
 
 // parseS3Sink reads s3://bucket/prefix?endpoint=...&name=N&models=a,b; name

@@ -53,31 +53,6 @@ func openResourceStore(ctx context.Context, raw string) (*sink.S3, error) {
 	return sink.OpenS3(ctx, opts)
 }
 
-// blobS3Options reads an s3:// URL naming a blob store: the bucket holds
-// the blobs and the path is their prefix ("blobs/" when none is given),
-// unless blob_bucket= or blob_prefix= say otherwise.
-func blobS3Options(raw string) (sink.S3Options, error) {
-	opts, err := sink.ParseS3URL(raw)
-	if err != nil {
-		return opts, err
-	}
-	if opts.BlobBucket == "" {
-		opts.BlobBucket = opts.Bucket
-	}
-	if opts.BlobPrefix == "" {
-		opts.BlobPrefix = "blobs/"
-		if p := opts.Prefix; p != "" {
-			if !strings.HasSuffix(p, "/") {
-				p += "/"
-			}
-			opts.BlobPrefix = p
-		}
-	}
-	opts.Bucket = opts.BlobBucket // the resource side of this store is not used
-	opts.Prefix = ""
-	return opts, nil
-}
-
 // s3BlobStore is a blob store that can be read blob by blob and listed
 // (sink.S3).
 type s3BlobStore interface {
@@ -95,7 +70,7 @@ func openBlobStore(ctx context.Context, spec string) (blobs s3BlobStore, disk bl
 		}
 		return nil, bs, func() {}, nil
 	}
-	opts, err := blobS3Options(spec)
+	opts, err := sink.ParseS3BlobURL(spec)
 	if err != nil {
 		return nil, nil, nil, err
 	}
