@@ -1,6 +1,6 @@
 // Package testfixtures finds the golden files that the reference SpecStar
-// implementation wrote (../shared/fixtures beside the repository), so that
-// every package's tests read the same ground truth.
+// implementation wrote, kept in the repository under testdata/fixtures, so
+// that every package's tests read the same ground truth from any clone.
 package testfixtures
 
 import (
@@ -10,7 +10,8 @@ import (
 )
 
 // Dir returns the fixtures directory: $SPECSTAR_FIXTURES if set, otherwise
-// shared/fixtures found beside the repository root. A test that needs the
+// testdata/fixtures under the repository root (the nearest directory above
+// the test's working directory that holds go.mod). A test that needs the
 // fixtures fails, never skips, when they cannot be found.
 func Dir(t testing.TB) string {
 	t.Helper()
@@ -22,15 +23,18 @@ func Dir(t testing.TB) string {
 		t.Fatalf("fixtures: %v", err)
 	}
 	for d := wd; ; d = filepath.Dir(d) {
-		cand := filepath.Join(d, "..", "shared", "fixtures")
-		if st, err := os.Stat(filepath.Join(cand, "MANIFEST.json")); err == nil && !st.IsDir() {
-			return filepath.Clean(cand)
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			dir := filepath.Join(d, "testdata", "fixtures")
+			if _, err := os.Stat(filepath.Join(dir, "MANIFEST.json")); err != nil {
+				t.Fatalf("fixtures: the repository at %s lacks testdata/fixtures/MANIFEST.json: %v", d, err)
+			}
+			return dir
 		}
 		if filepath.Dir(d) == d {
 			break
 		}
 	}
-	t.Fatalf("fixtures: cannot find shared/fixtures beside the repository (from %s); set SPECSTAR_FIXTURES", wd)
+	t.Fatalf("fixtures: no go.mod above %s, so no testdata/fixtures; set SPECSTAR_FIXTURES", wd)
 	return ""
 }
 
