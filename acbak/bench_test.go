@@ -20,7 +20,6 @@ import (
 // resources x 10 revisions, ~300-byte JSON payloads), written once per run.
 var benchArchive = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "acbak-bench")
-	benchDirs.add(dir)
 	if err != nil {
 		return "", err
 	}
@@ -103,27 +102,4 @@ func BenchmarkFrameOnly(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(revs)*float64(b.N)/b.Elapsed().Seconds(), "revisions/s")
-}
-
-// benchDirs remembers the generated archives' directories so TestMain can
-// remove them after the run.
-var benchDirs = &dirList{}
-
-type dirList struct {
-	mu   sync.Mutex
-	dirs []string
-}
-
-func (l *dirList) add(d string) {
-	l.mu.Lock()
-	l.dirs = append(l.dirs, d)
-	l.mu.Unlock()
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	for _, d := range benchDirs.dirs {
-		os.RemoveAll(d)
-	}
-	os.Exit(code)
 }

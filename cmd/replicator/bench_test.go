@@ -42,7 +42,6 @@ func writeArchive(path string, resources int) error {
 
 var benchArchive = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "pipeline-bench")
-	benchDirs.add(dir)
 	if err != nil {
 		return "", err
 	}
@@ -303,27 +302,4 @@ func vmHWM(pid int) int64 {
 		}
 	}
 	return 0
-}
-
-// benchDirs remembers the generated archives' directories so TestMain can
-// remove them after the run.
-var benchDirs = &dirList{}
-
-type dirList struct {
-	mu   sync.Mutex
-	dirs []string
-}
-
-func (l *dirList) add(d string) {
-	l.mu.Lock()
-	l.dirs = append(l.dirs, d)
-	l.mu.Unlock()
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	for _, d := range benchDirs.dirs {
-		os.RemoveAll(d)
-	}
-	os.Exit(code)
 }
