@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,13 +18,19 @@ import (
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/synth"
 	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsize"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/stream"
 )
 
-// catchUpArchive writes an archive of 100,000 revisions (10,000 resources
-// x 10) with small payloads, for the catch-up test and benchmark.
-func catchUpArchive(t testing.TB) string {
+// backlogResources is the size of the catch-up and reconcile tests'
+// archive: 10,000 resources (100,000 revisions, 110,000 events) in the
+// long suite, 300 (3,000 revisions) in the default one.
+func backlogResources() int { return testsize.Of(300, 10_000) }
+
+// catchUpArchive writes an archive of resources x 10 revisions with small
+// payloads, for the catch-up test and benchmark.
+func catchUpArchive(t testing.TB, resources int) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "backlog.acbak")
 	f, err := os.Create(path)
@@ -31,7 +38,7 @@ func catchUpArchive(t testing.TB) string {
 		t.Fatal(err)
 	}
 	w := bufio.NewWriter(f)
-	if _, err := synth.Write(w, synth.Spec{Models: 1, Resources: 10_000, RevisionsPerResource: 10, PayloadSize: 128, Encoding: events.JSON, Seed: 3}); err != nil {
+	if _, err := synth.Write(w, synth.Spec{Models: 1, Resources: resources, RevisionsPerResource: 10, PayloadSize: 128, Encoding: events.JSON, Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Flush(); err != nil {
@@ -41,27 +48,29 @@ func catchUpArchive(t testing.TB) string {
 	return path
 }
 
-// TestCatchUpAfterOutage: a sink's replicator is stopped; 110,000 events
-// (100,000 revisions and their metas) are published meanwhile; started
-// again, it resumes from its durable consumer, drains to zero pending and
-// verifies equal.
+// TestCatchUpAfterOutage: a sink's replicator is stopped; a backlog of
+// revisions and their metas (110,000 events in the long suite) is
+// published meanwhile; started again, it resumes from its durable
+// consumer, drains to zero pending and verifies equal.
 func TestCatchUpAfterOutage(t *testing.T) {
 	if testing.Short() {
-		t.Skip("drains 110,000 events")
+		t.Skip("drains a backlog")
 	}
+	resources := backlogResources()
+	events := resources * 11 // ten revisions and one meta each
 	bus := testBus(t)
 	dir := t.TempDir()
 	sinkURL := "disk:" + dir + "?sync=batch&name=catchup"
 	// The sink exists and has applied what there was, then goes down.
 	replay(t, bus, testfixtures.Path(t, "small.acbak"))
 	drain(t, bus, sinkURL)
-	archive := catchUpArchive(t)
+	archive := catchUpArchive(t, resources)
 	replay(t, bus, archive)
-	if st := statusOf(t, bus, "catchup"); st.Pending != 110_000 {
-		t.Fatalf("while down, pending is %d, want 110000", st.Pending)
+	if st := statusOf(t, bus, "catchup"); st.Pending != uint64(events) {
+		t.Fatalf("while down, pending is %d, want %d", st.Pending, events)
 	}
 	out := drain(t, bus, sinkURL)
-	if !strings.Contains(out, "110000 events applied") {
+	if !strings.Contains(out, fmt.Sprintf("%d events applied", events)) {
 		t.Fatalf("the restarted replicator applied: %s", out)
 	}
 	if st := statusOf(t, bus, "catchup"); st.Pending != 0 || st.AckPending != 0 || st.AckFloor != st.StreamLast {
@@ -98,7 +107,7 @@ func statusOf(t *testing.T, bus *stream.Bus, name string) sinkStatus {
 // replicator draining them (sync=batch disk sink). Its baseline, run
 // beside it, is BenchmarkCatchUpRawConsume.
 func BenchmarkCatchUpDrain(b *testing.B) {
-	archive := catchUpArchive(b)
+	archive := catchUpArchive(b, 10_000)
 	st, _ := os.Stat(archive)
 	for b.Loop() {
 		b.StopTimer()
@@ -123,7 +132,7 @@ func BenchmarkCatchUpDrain(b *testing.B) {
 // same 110,000 waiting events fetched through a durable pull consumer in
 // batches of 256 and acked, with nothing decoded or written.
 func BenchmarkCatchUpRawConsume(b *testing.B) {
-	archive := catchUpArchive(b)
+	archive := catchUpArchive(b, 10_000)
 	st, _ := os.Stat(archive)
 	for b.Loop() {
 		b.StopTimer()

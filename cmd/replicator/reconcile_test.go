@@ -123,13 +123,15 @@ func TestReconcileDryRun(t *testing.T) {
 	}
 }
 
-// TestReconcileEqualStores: reconcile of a 100,000-revision archive with
-// its mirror finds nothing and publishes nothing.
+// TestReconcileEqualStores: reconcile of a synthetic archive (100,000
+// revisions in the long suite) with its mirror finds nothing and
+// publishes nothing.
 func TestReconcileEqualStores(t *testing.T) {
 	if testing.Short() {
-		t.Skip("mirrors 100,000 revisions")
+		t.Skip("mirrors a synthetic archive")
 	}
-	archive := catchUpArchive(t)
+	resources := backlogResources()
+	archive := catchUpArchive(t, resources)
 	dir := t.TempDir()
 	if code, out, errs := runCmd(t, "mirror", "--from", archive, "--to", "disk:"+dir+"?sync=batch"); code != exitOK {
 		t.Fatalf("mirror: exit %d\n%s%s", code, out, errs)
@@ -141,7 +143,7 @@ func TestReconcileEqualStores(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("reconcile: exit %d\n%s%s", code, out, errs)
 	}
-	if publishedCount(t, out) != 0 || !strings.Contains(out, "100000 revisions") || !strings.Contains(out, " 0 differences") {
+	if publishedCount(t, out) != 0 || !strings.Contains(out, fmt.Sprintf("%d revisions", resources*10)) || !strings.Contains(out, " 0 differences") {
 		t.Fatalf("reconcile of equal stores:\n%s", out)
 	}
 	if after := streamMsgs(t, bus); after != before {

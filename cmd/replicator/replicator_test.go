@@ -26,6 +26,7 @@ import (
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsize"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/stream"
 )
@@ -431,18 +432,20 @@ func TestSeparateCommandsShareTheEmbeddedServer(t *testing.T) {
 }
 
 // TestCrashAndResume kills the replicator process (SIGKILL) at random
-// points of a drain of 15,000 revisions, restarts it each time, and checks that the
+// points of a drain (15,000 revisions and four kills in the long suite,
+// 3,000 and two by default), restarts it each time, and checks that the
 // final tree equals a clean run's, file for file.
 func TestCrashAndResume(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the binary and drains 15,000 revisions several times")
+		t.Skip("builds the binary and drains an archive several times")
 	}
+	resources, wantKills := testsize.Of(300, 1500), testsize.Of(2, 4)
 	bin := filepath.Join(t.TempDir(), "replicator")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	archive := filepath.Join(t.TempDir(), "crash.acbak")
-	if err := writeArchive(archive, 1500); err != nil {
+	if err := writeArchive(archive, resources); err != nil {
 		t.Fatal(err)
 	}
 	bus := testBus(t)
@@ -451,7 +454,7 @@ func TestCrashAndResume(t *testing.T) {
 	crashed := filepath.Join(t.TempDir(), "crashed")
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	kills := 0
-	for i := 0; i < 6 && kills < 4; i++ {
+	for i := 0; i < wantKills+2 && kills < wantKills; i++ {
 		cmd := exec.Command(bin, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--batch", "64", "--ack-wait", "3s", "--sink", crashed+"?name=crashy")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

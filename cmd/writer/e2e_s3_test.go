@@ -18,6 +18,7 @@ import (
 	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/internal/s3test"
 	"github.com/specstar/replicator/internal/specstarpg"
+	"github.com/specstar/replicator/internal/testsize"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -43,10 +44,11 @@ type e2eVariant struct {
 // mirror must hold every resource, revision and blob once, in the layout
 // SpecStar's disk factory opens.
 //
-// Variants: steady (with a 50 MiB blob); s3-503s (10% of the tail's S3
-// requests answered 503 SlowDown throughout the run); s3-down-30s (the proxy cuts
-// every connection for 30 s while the writer keeps writing straight to
-// S3); s3-server-stopped-30s (versitygw stopped for 30 s and restarted on
+// Variants: steady (with a 50 MiB blob; 8 MiB outside the long suite);
+// s3-503s (10% of the tail's S3 requests answered 503 SlowDown throughout
+// the run); s3-down (the proxy cuts every connection for 30 s, 8 s outside
+// the long suite, while the writer keeps writing straight to S3);
+// s3-server-stopped (versitygw stopped as long and restarted on
 // its port and data; SpecStar cannot write then, so the writer pauses,
 // except for one write caught in flight: its S3 objects written before
 // the stop, its meta committed after, so the tail must read S3 while it
@@ -54,14 +56,21 @@ type e2eVariant struct {
 // retries each request, then restarts its stream with backoff and no
 // deadline); the test asserts it is the same process at the end. The
 // variants run in parallel, each with its own cluster, S3 server and
-// stream (about two minutes in all).
+// stream (about two minutes in all in the long suite).
 func TestLiveMirrorPostgresS3ToDisk(t *testing.T) {
 	writerBin, replBin := e2eBuild(t)
+	// The long suite writes for 20 s (faults of 30 s, a 50 MiB blob); the
+	// default one for 12 s (faults of 8 s, an 8 MiB blob), through the
+	// same paths.
+	sec := func(short, long float64) time.Duration {
+		return time.Duration(testsize.Of(short, long) * float64(time.Second))
+	}
+	before, window, after := sec(4, 7.5), sec(8, 30), sec(4, 7.5)
 	variants := []e2eVariant{
-		{name: "steady", before: 5 * time.Second, after: 15 * time.Second, largeBlob: 50 << 20},
-		{name: "s3-503s", before: 7500 * time.Millisecond, window: 30 * time.Second, after: 7500 * time.Millisecond, fault: "503", largeBlob: 2 << 20},
-		{name: "s3-down-30s", before: 7500 * time.Millisecond, window: 30 * time.Second, after: 7500 * time.Millisecond, fault: "proxy-down", largeBlob: 2 << 20},
-		{name: "s3-server-stopped-30s", before: 7500 * time.Millisecond, window: 30 * time.Second, after: 7500 * time.Millisecond, fault: "server-stopped", largeBlob: 2 << 20},
+		{name: "steady", before: sec(4, 5), after: sec(8, 15), largeBlob: testsize.Of[int64](8<<20, 50<<20)},
+		{name: "s3-503s", before: before, window: window, after: after, fault: "503", largeBlob: 2 << 20},
+		{name: "s3-down", before: before, window: window, after: after, fault: "proxy-down", largeBlob: 2 << 20},
+		{name: "s3-server-stopped", before: before, window: window, after: after, fault: "server-stopped", largeBlob: 2 << 20},
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
@@ -156,7 +165,7 @@ func e2eLiveMirror(t *testing.T, writerBin, replBin string, v e2eVariant) {
 	}
 	wroteFor := time.Since(began)
 	metas, revisions, blobs := x.ledger.counts()
-	if writes := x.writes.Load(); writes < 100 || blobs < 4 {
+	if writes := x.writes.Load(); writes < testsize.Of[int64](50, 100) || blobs < 4 {
 		t.Fatalf("the writer managed only %d writes referencing %d blobs", writes, blobs)
 	}
 
