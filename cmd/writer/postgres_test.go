@@ -51,6 +51,7 @@ func TestPostgresSnapshotAndTail(t *testing.T) {
 // `writer tail` creates a slot, publishes the snapshot the slot exported
 // and streams changes, confirming them to Postgres as they are acked.
 func TestPostgresLogicalTail(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.LogicalCluster(t)
 	tailScenario(t, dsn, "logical")
 	var slots int
@@ -188,9 +189,11 @@ func TestLogicalTailUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a throwaway cluster and two binaries per variant")
 	}
+	t.Parallel()
 	writerBin, replBin := buildBinary(t, "."), buildBinary(t, "../replicator")
 	for _, variant := range []string{"steady", "postgres-restart", "tail-killed"} {
 		t.Run(variant, func(t *testing.T) {
+			t.Parallel()
 			ctx := context.Background()
 			cluster := pgtest.StartLogical(t)
 			prefix := "load_"
@@ -532,16 +535,32 @@ func recordSet(t *testing.T, path string) map[string]bool {
 // temporary directory, so tests can run it as a real process.
 func buildBinary(tb testing.TB, pkg string) string {
 	tb.Helper()
-	name := filepath.Base(pkg)
-	if pkg == "." {
-		name = "writer" // this package
-	}
-	bin := filepath.Join(tb.TempDir(), name)
-	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-		tb.Fatalf("build %s: %v\n%s", pkg, err, out)
+	build, _ := builtBinaries.LoadOrStore(pkg, sync.OnceValues(func() (string, error) {
+		name := filepath.Base(pkg)
+		if pkg == "." {
+			name = "writer" // this package
+		}
+		// The run's temporary directory (testtmp), removed when it ends.
+		dir, err := os.MkdirTemp("", "bin-")
+		if err != nil {
+			return "", err
+		}
+		bin := filepath.Join(dir, name)
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("build %s: %v\n%s", pkg, err, out)
+		}
+		return bin, nil
+	}))
+	bin, err := build.(func() (string, error))()
+	if err != nil {
+		tb.Fatal(err)
 	}
 	return bin
 }
+
+// builtBinaries holds one build of each command per test run (linking
+// one takes seconds, and a dozen tests run them).
+var builtBinaries sync.Map // package path -> func() (string, error)
 
 // replayWithTables prepares a round trip through Postgres tables: a fresh
 // table prefix (its tables dropped at cleanup) and archive replayed onto a

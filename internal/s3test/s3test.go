@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -149,6 +150,8 @@ func (s *Server) start() error {
 		"posix", s.DataDir)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
+	// Dies with the test binary, also when go test's timeout kills it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("run %s: %w", s.bin, err)
