@@ -130,10 +130,15 @@ type Envelope struct {
 	Kind    string
 }
 
-// msgID hashes the parts of a record's content identity into a short,
-// deterministic message id.
-func msgID(kind string, parts ...string) string {
+// msgID hashes the parts of a record's identity and its payload bytes
+// into a short, deterministic message id: the same record published twice
+// gets the same id (JetStream drops the second), and two records that
+// share an identity but differ in any byte (a meta's is_deleted, a
+// revision's payload) get different ones.
+func msgID(kind string, payload []byte, parts ...string) string {
 	h := xxh3.New128()
+	content := xxh3.Hash128(payload).Bytes()
+	parts = append(parts, string(content[:]))
 	for _, p := range parts {
 		h.WriteString(strconv.Itoa(len(p)))
 		h.WriteString(":")
@@ -151,7 +156,8 @@ func msgID(kind string, parts ...string) string {
 // updated_time, total_revision_count and current_revision_id; a blob by
 // file_id; a purge by resource id and purged_time; anything else, and a
 // Meta or Revision record whose data does not decode, by its bytes. All
-// ids include the model.
+// ids include the model and a hash of the payload, so a record differing
+// in any byte is never dropped as a duplicate of another.
 func EnvelopeFor(prefix, model string, rec Record, payload []byte) (*Envelope, error) {
 	if payload == nil {
 		var err error
@@ -168,17 +174,17 @@ func EnvelopeFor(prefix, model string, rec Record, payload []byte) (*Envelope, e
 		if err != nil {
 			// Published all the same: the sinks dead-letter it with the
 			// reason, which is where an operator looks.
-			h[HeaderMsgID] = msgID(kind, model, string(payload))
+			h[HeaderMsgID] = msgID(kind, payload, model)
 			break
 		}
 		h[HeaderResourceID] = meta.ResourceID
-		h[HeaderMsgID] = msgID(kind, model, meta.ResourceID, meta.UpdatedTime.Format(),
+		h[HeaderMsgID] = msgID(kind, payload, model, meta.ResourceID, meta.UpdatedTime.Format(),
 			strconv.FormatInt(meta.TotalRevisionCount, 10), meta.CurrentRevisionID)
 	case *RevisionRecord:
 		kind = KindRevision
 		res, err := r.Resource()
 		if err != nil {
-			h[HeaderMsgID] = msgID(kind, model, string(payload))
+			h[HeaderMsgID] = msgID(kind, payload, model)
 			break
 		}
 		h[HeaderResourceID] = res.Info.ResourceID
@@ -191,22 +197,22 @@ func EnvelopeFor(prefix, model string, rec Record, payload []byte) (*Envelope, e
 		if res.Info.SchemaVersion.IsSet() {
 			sv = res.Info.SchemaVersion.Value
 		}
-		h[HeaderMsgID] = msgID(kind, model, res.Info.UID, hash, sv)
+		h[HeaderMsgID] = msgID(kind, payload, model, res.Info.UID, hash, sv)
 	case *BlobRecord:
 		kind = KindBlob
 		h[HeaderFileID] = r.FileID
-		h[HeaderMsgID] = msgID(kind, model, r.FileID)
+		h[HeaderMsgID] = msgID(kind, payload, model, r.FileID)
 	case *BlobRefRecord:
 		kind = KindBlob
 		h[HeaderFileID] = r.FileID
-		h[HeaderMsgID] = msgID(kind, model, r.FileID)
+		h[HeaderMsgID] = msgID(kind, payload, model, r.FileID)
 	case *PurgeRecord:
 		kind = KindPurge
 		h[HeaderResourceID] = r.ResourceID
-		h[HeaderMsgID] = msgID(kind, model, r.ResourceID, purgeIDTime(r.PurgedTime))
+		h[HeaderMsgID] = msgID(kind, payload, model, r.ResourceID, purgeIDTime(r.PurgedTime))
 	default:
 		kind = KindOther
-		h[HeaderMsgID] = msgID(kind, model, string(payload))
+		h[HeaderMsgID] = msgID(kind, payload, model)
 	}
 	h[HeaderKind] = kind
 	return &Envelope{Subject: Subject(prefix, model, kind), Headers: h, Payload: payload, Kind: kind}, nil

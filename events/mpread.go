@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -390,26 +391,38 @@ func (r *mpReader) ext() (typ int8, data []byte, err error) {
 	return int8(t), data, err
 }
 
-// timestampExt decodes the body of a msgpack Timestamp extension (type -1).
-func timestampExt(data []byte) (time.Time, bool) {
+// Python's datetime holds the years 1 to 9999; msgspec refuses a
+// timestamp outside them, so SpecStar could not read such a record back.
+const (
+	minPythonUnix = -62135596800 // 0001-01-01T00:00:00Z
+	maxPythonUnix = 253402300799 // 9999-12-31T23:59:59Z
+)
+
+// errTimestampRange names why a well-formed timestamp is refused.
+var errTimestampRange = errors.New("msgpack timestamp outside Python's datetime range (years 1 to 9999)")
+
+// timestampExt decodes the body of a msgpack Timestamp extension (type
+// -1): an error for a malformed body or an instant Python cannot hold.
+func timestampExt(data []byte) (time.Time, error) {
+	var sec, nsec int64
 	switch len(data) {
 	case 4:
-		return time.Unix(int64(binary.BigEndian.Uint32(data)), 0).UTC(), true
+		sec = int64(binary.BigEndian.Uint32(data))
 	case 8:
 		v := binary.BigEndian.Uint64(data)
-		nsec := int64(v >> 34)
-		if nsec > 999999999 {
-			return time.Time{}, false
-		}
-		return time.Unix(int64(v&(1<<34-1)), nsec).UTC(), true
+		nsec, sec = int64(v>>34), int64(v&(1<<34-1))
 	case 12:
-		nsec := int64(binary.BigEndian.Uint32(data))
-		if nsec > 999999999 {
-			return time.Time{}, false
-		}
-		return time.Unix(int64(binary.BigEndian.Uint64(data[4:])), nsec).UTC(), true
+		nsec, sec = int64(binary.BigEndian.Uint32(data)), int64(binary.BigEndian.Uint64(data[4:]))
+	default:
+		return time.Time{}, errors.New("invalid msgpack timestamp")
 	}
-	return time.Time{}, false
+	if nsec > 999999999 {
+		return time.Time{}, errors.New("invalid msgpack timestamp")
+	}
+	if sec < minPythonUnix || sec > maxPythonUnix {
+		return time.Time{}, errTimestampRange
+	}
+	return time.Unix(sec, nsec).UTC(), nil
 }
 
 // datetime reads a datetime field: the Timestamp extension in any width, or
@@ -441,10 +454,10 @@ func (r *mpReader) datetime() (Time, error) {
 		r.off = start
 		return Time{}, r.errf("expected datetime, got ext type %d", typ)
 	}
-	t, ok := timestampExt(data)
-	if !ok {
+	t, err := timestampExt(data)
+	if err != nil {
 		r.off = start
-		return Time{}, r.errf("invalid msgpack timestamp")
+		return Time{}, r.errf("%v", err)
 	}
 	return Time{Time: t}, nil
 }

@@ -100,10 +100,10 @@ func (r *mpReader) value(depth int) (Value, error) {
 			return nil, err
 		}
 		if typ == -1 {
-			t, ok := timestampExt(data)
-			if !ok {
+			t, err := timestampExt(data)
+			if err != nil {
 				r.off = start
-				return nil, r.errf("invalid msgpack timestamp")
+				return nil, r.errf("%v", err)
 			}
 			return Time{Time: t}, nil
 		}

@@ -1,0 +1,162 @@
+package events
+
+// Regression tests for defects found by the security and reliability
+// review (issue 12), kept together so the list stays visible.
+
+import (
+	"bytes"
+	"encoding/binary"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/specstar/replicator/internal/testfixtures"
+)
+
+// firstRecords returns the first MetaRecord and RevisionRecord of
+// small.acbak, decoded.
+func firstRecords(t *testing.T) (*ResourceMeta, *RawResource) {
+	t.Helper()
+	data := testfixtures.Read(t, "small.acbak")
+	var meta *ResourceMeta
+	var res *RawResource
+	for len(data) >= 4 && (meta == nil || res == nil) {
+		size := binary.BigEndian.Uint32(data)
+		payload := data[4 : 4+size]
+		data = data[4+size:]
+		rec, err := DecodeRecord(Msgpack, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch r := rec.(type) {
+		case *MetaRecord:
+			if meta == nil {
+				if meta, err = r.Meta(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case *RevisionRecord:
+			if res == nil {
+				if res, err = r.Resource(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	return meta, res
+}
+
+func envelopeID(t *testing.T, rec Record) string {
+	t.Helper()
+	e, err := EnvelopeFor("specstar", "issue", rec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.Headers[HeaderMsgID]
+}
+
+// TestMessageIDsCoverContent (issue 12, item 6): two metas alike in
+// resource, updated_time, revision count and current revision but not in
+// is_deleted, or two revisions alike in uid, hash and schema version but
+// not in their bytes, must not share a message id, or JetStream drops the
+// second as a duplicate and the result depends on order.
+func TestMessageIDsCoverContent(t *testing.T) {
+	meta, res := firstRecords(t)
+
+	metaRec := func(m *ResourceMeta) Record {
+		b, err := m.Encode(Msgpack)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &MetaRecord{Data: b}
+	}
+	deleted := *meta
+	deleted.IsDeleted = !meta.IsDeleted
+	if a, b := envelopeID(t, metaRec(meta)), envelopeID(t, metaRec(&deleted)); a == b {
+		t.Errorf("metas differing only in is_deleted share message id %s", a)
+	}
+
+	revRec := func(r *RawResource) Record {
+		b, err := r.Encode(Msgpack)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &RevisionRecord{Data: b}
+	}
+	other := *res
+	other.RawData = append(bytes.Clone(res.RawData), ' ')
+	if a, b := envelopeID(t, revRec(res)), envelopeID(t, revRec(&other)); a == b {
+		t.Errorf("revisions differing only in their bytes share message id %s", a)
+	}
+
+	// The same record twice keeps one id: replays stay deduplicated.
+	if a, b := envelopeID(t, metaRec(meta)), envelopeID(t, metaRec(meta)); a != b {
+		t.Errorf("the same meta got ids %s and %s", a, b)
+	}
+}
+
+// TestTimestampsOutsidePythonRange (issue 12, item 8): a msgpack
+// timestamp Python's datetime cannot hold (year 10000 or later, before
+// year 1, seconds near 2^62) is refused at decode time with the reason,
+// instead of being stored as "10000-01-01T00:00:00Z" that neither
+// SpecStar nor our reader can decode.
+func TestTimestampsOutsidePythonRange(t *testing.T) {
+	ts := func(sec int64) []byte {
+		b := make([]byte, 12)
+		binary.BigEndian.PutUint64(b[4:], uint64(sec))
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		sec  int64
+		ok   bool
+	}{
+		{"year 1", time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC).Unix(), true},
+		{"year 9999 end", time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC).Unix(), true},
+		{"year 10000", time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC).Unix(), false},
+		{"year 0", time.Date(0, 12, 31, 23, 59, 59, 0, time.UTC).Unix(), false},
+		{"negative year", time.Date(-5, 1, 1, 0, 0, 0, 0, time.UTC).Unix(), false},
+		{"near 2^62", 1 << 62, false},
+		{"near -2^62", -(1 << 62), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// As a struct field: a ResourceMeta whose updated_time (a
+			// 64-bit timestamp, 2001-09-09T01:46:40.5Z) is swapped for a
+			// 96-bit one holding the instant under test.
+			meta, _ := firstRecords(t)
+			const sec0, nsec0 = 1_000_000_000, 500_000_000
+			meta.UpdatedTime = Time{Time: time.Unix(sec0, nsec0).UTC()}
+			enc, err := meta.Encode(Msgpack)
+			if err != nil {
+				t.Fatal(err)
+			}
+			old := make([]byte, 10)
+			old[0], old[1] = 0xd7, 0xff
+			binary.BigEndian.PutUint64(old[2:], uint64(nsec0)<<34|sec0)
+			i := bytes.Index(enc, old)
+			if i < 0 {
+				t.Fatalf("cannot find updated_time's encoding % x in the meta", old)
+			}
+			want := time.Unix(tc.sec, 0).UTC()
+			body := ts(tc.sec)
+			patched := append(append(append([]byte{}, enc[:i]...), append([]byte{0xc7, 12, 0xff}, body...)...), enc[i+len(old):]...)
+			got, err := DecodeResourceMeta(Msgpack, patched)
+			if tc.ok {
+				if err != nil || !got.UpdatedTime.Instant().Equal(want) {
+					t.Fatalf("decode: %v, %v; want %v", err, got, want)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("a timestamp at %d s decoded as %v", tc.sec, got.UpdatedTime)
+			}
+			if !strings.Contains(err.Error(), "Python's datetime range") {
+				t.Fatalf("error does not give the reason: %v", err)
+			}
+			// Inside an Any value (indexed_data), the same.
+			if _, err := DecodeValue(Msgpack, append([]byte{0xc7, 12, 0xff}, body...)); err == nil {
+				t.Fatalf("an Any value with a timestamp at %d s decoded", tc.sec)
+			}
+		})
+	}
+}
