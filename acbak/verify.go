@@ -164,7 +164,7 @@ type currentCheck struct {
 	openFound         bool
 	// Out-of-order leftovers: metas not yet satisfied, and revisions seen
 	// for resources other than the open meta's. Empty for SpecStar's order.
-	pending map[[2]string]*Frame // (resource_id, revision_id) -> meta frame
+	pending map[[2]string]*Frame // (resource_id, revision_id) -> where the meta is (no payload)
 	strays  map[[2]string]bool
 }
 
@@ -186,7 +186,10 @@ func (c *currentCheck) flushOpen() {
 
 func (c *currentCheck) meta(rid, want string, f *Frame) {
 	c.flushOpen()
-	c.openRID, c.openWant, c.openFrame, c.openFound = rid, want, f, false
+	// Only where the meta is, for the report: holding its payload and
+	// record until the revision comes made memory grow with the archive.
+	at := &Frame{Index: f.Index, Offset: f.Offset}
+	c.openRID, c.openWant, c.openFrame, c.openFound = rid, want, at, false
 }
 
 func (c *currentCheck) revision(rid, revID string) {
