@@ -1,8 +1,12 @@
 package stream
 
 import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -25,31 +29,73 @@ type embedded struct {
 }
 
 const (
-	lockFile = "embedded.lock"
-	urlFile  = "embedded.url"
+	lockFile  = "embedded.lock"
+	urlFile   = "embedded.url"
+	tokenFile = "embedded.token" // mode 0600: only its owner can connect
 )
 
-// startOrJoinEmbedded returns the URL of the embedded server for dataDir,
-// starting it (and returning it as e) if no other process runs it.
-func startOrJoinEmbedded(dataDir string, maxPayload int32, domain string, log *slog.Logger) (e *embedded, url string, err error) {
+// embeddedToken returns the token that the embedded server of dataDir
+// requires of every client, creating it (random, mode 0600) when the
+// directory has none. Without it, any local user could connect to the
+// loopback port and publish, a PurgeRecord deleting resources included.
+func embeddedToken(dataDir string, create bool) (string, error) {
+	path := filepath.Join(dataDir, tokenFile)
+	b, err := os.ReadFile(path)
+	if err == nil && len(bytes.TrimSpace(b)) > 0 {
+		return string(bytes.TrimSpace(b)), nil
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("embedded NATS token %s: %w", path, err)
+	}
+	if !create {
+		return "", fmt.Errorf("embedded NATS token %s: missing", path)
+	}
+	raw := make([]byte, 24)
+	if _, err := rand.Read(raw); err != nil {
+		return "", fmt.Errorf("embedded NATS token: %w", err)
+	}
+	tok := hex.EncodeToString(raw)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(tok), 0o600); err != nil {
+		return "", fmt.Errorf("embedded NATS token %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("embedded NATS token %s: %w", path, err)
+	}
+	return tok, nil
+}
+
+// startOrJoinEmbedded returns the URL of the embedded server for dataDir
+// and the token it requires, starting it (and returning it as e) if no
+// other process runs it.
+func startOrJoinEmbedded(dataDir string, maxPayload int32, domain string, log *slog.Logger) (e *embedded, url, token string, err error) {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return nil, "", fmt.Errorf("embedded NATS data dir %s: %w", dataDir, err)
+		return nil, "", "", fmt.Errorf("embedded NATS data dir %s: %w", dataDir, err)
 	}
 	lf, err := os.OpenFile(filepath.Join(dataDir, lockFile), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return nil, "", fmt.Errorf("embedded NATS lock: %w", err)
+		return nil, "", "", fmt.Errorf("embedded NATS lock: %w", err)
 	}
 	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		lf.Close()
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, "", fmt.Errorf("embedded NATS lock %s: %w", dataDir, err)
+			return nil, "", "", fmt.Errorf("embedded NATS lock %s: %w", dataDir, err)
 		}
 		url, err := waitForURL(dataDir, 10*time.Second)
 		if err != nil {
-			return nil, "", err
+			return nil, "", "", err
+		}
+		token, err := embeddedToken(dataDir, false)
+		if err != nil {
+			return nil, "", "", fmt.Errorf("join the embedded NATS server of %s: %w", dataDir, err)
 		}
 		log.Info("joining the embedded NATS server another process runs", "url", url, "data_dir", dataDir)
-		return nil, url, nil
+		return nil, url, token, nil
+	}
+	token, err = embeddedToken(dataDir, true)
+	if err != nil {
+		lf.Close()
+		return nil, "", "", err
 	}
 	opts := &server.Options{
 		ServerName: "specstar-embedded",
@@ -63,17 +109,18 @@ func startOrJoinEmbedded(dataDir string, maxPayload int32, domain string, log *s
 		// JetStreamDomain names this server's JetStream in leaf-node
 		// setups (Config.Domain); empty is nats-server's default.
 		JetStreamDomain: domain,
+		Authorization:   token,
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		lf.Close()
-		return nil, "", fmt.Errorf("embedded NATS server: %w", err)
+		return nil, "", "", fmt.Errorf("embedded NATS server: %w", err)
 	}
 	srv.Start()
 	if !srv.ReadyForConnections(30 * time.Second) {
 		srv.Shutdown()
 		lf.Close()
-		return nil, "", fmt.Errorf("embedded NATS server in %s did not start", dataDir)
+		return nil, "", "", fmt.Errorf("embedded NATS server in %s did not start", dataDir)
 	}
 	url = srv.ClientURL()
 	tmp := filepath.Join(dataDir, urlFile+".tmp")
@@ -81,7 +128,7 @@ func startOrJoinEmbedded(dataDir string, maxPayload int32, domain string, log *s
 		err = os.Rename(tmp, filepath.Join(dataDir, urlFile))
 	}
 	log.Info("started embedded NATS JetStream server", "url", url, "data_dir", dataDir)
-	return &embedded{srv: srv, lock: lf, url: url}, url, nil
+	return &embedded{srv: srv, lock: lf, url: url}, url, token, nil
 }
 
 func waitForURL(dataDir string, wait time.Duration) (string, error) {

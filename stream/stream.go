@@ -9,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -64,7 +67,21 @@ type Config struct {
 	// account imports that do not follow the domain convention; it takes
 	// precedence over MirrorDomain.
 	MirrorAPIPrefix string
+	// Given names the stream settings the user set explicitly (by their
+	// flag names: see Settings). Open never changes an existing stream: a
+	// setting given here that differs from the stream is an error naming
+	// it, and settings not given are taken from the stream. Changing a
+	// stream is an explicit act (Apply).
+	Given map[string]bool
+	// ReadOnly opens existing streams only: Open creates nothing, and a
+	// missing event stream is an error that lists the streams there. For
+	// commands that only look (status, dlq list, verify).
+	ReadOnly bool
 }
+
+// Settings are the names of the stream settings a Config can give, as
+// the commands' flags spell them.
+var Settings = []string{"subject-prefix", "replicas", "max-age", "max-bytes", "retention", "duplicate-window", "mirror-of"}
 
 // DefaultDataDir is where the embedded server keeps its files unless told
 // otherwise: $XDG_STATE_HOME/specstar-replicator/nats, or ./.specstar/nats.
@@ -110,6 +127,9 @@ type Bus struct {
 	// localDomain names this server's JetStream on a mirror (its domain,
 	// else "mirror"), to keep dead-letter subjects region-local.
 	localDomain string
+	// token is the embedded server's client token (empty for an external
+	// server).
+	token string
 }
 
 // Open connects (starting the embedded server if cfg.URL is empty) and
@@ -118,14 +138,18 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 	cfg.defaults()
 	b := &Bus{cfg: cfg, log: log}
 	url := cfg.URL
+	var auth []nats.Option
 	if url == "" {
-		e, u, err := startOrJoinEmbedded(cfg.DataDir, cfg.MaxPayload, cfg.Domain, log)
+		e, u, token, err := startOrJoinEmbedded(cfg.DataDir, cfg.MaxPayload, cfg.Domain, log)
 		if err != nil {
 			return nil, err
 		}
-		b.emb, url = e, u
+		b.emb, url, b.token = e, u, token
+		auth = append(auth, nats.Token(token))
+	} else if err := CheckURL(url); err != nil {
+		return nil, err
 	}
-	nc, err := nats.Connect(url,
+	nc, err := nats.Connect(url, append(auth,
 		nats.Name("specstar-replicator"),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500*time.Millisecond),
@@ -134,11 +158,11 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 				log.Warn("NATS disconnected", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrl()) }),
-	)
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
+	)...)
 	if err != nil {
 		b.emb.stop()
-		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", RedactURL(url), err)
 	}
 	b.NC = nc
 	if b.JS, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16)); err != nil {
@@ -221,10 +245,11 @@ func retention(s string) (jetstream.RetentionPolicy, error) {
 	return 0, fmt.Errorf("unknown retention %q (want limits, interest or workqueue)", s)
 }
 
-func (b *Bus) ensureStreams(ctx context.Context) error {
+// streamConfig is the event stream as the Config describes it.
+func (b *Bus) streamConfig() (jetstream.StreamConfig, error) {
 	ret, err := retention(b.cfg.Retention)
 	if err != nil {
-		return err
+		return jetstream.StreamConfig{}, err
 	}
 	maxBytes := b.cfg.MaxBytes
 	if maxBytes == 0 {
@@ -242,14 +267,6 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 		Duplicates:  b.cfg.DuplicateWindow,
 	}
 	if b.cfg.MirrorOf != "" {
-		ai, err := b.JS.AccountInfo(ctx)
-		if err != nil {
-			return fmt.Errorf("stream %s: JetStream account info: %w", b.cfg.Stream, err)
-		}
-		b.localDomain = "mirror"
-		if ai.Domain != "" {
-			b.localDomain = ai.Domain
-		}
 		// A mirror has no subjects and no duplicate window of its own: it
 		// copies the upstream's messages with their sequence numbers, and
 		// the upstream already dropped duplicates.
@@ -258,26 +275,189 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 		scfg.Duplicates = 0
 		scfg.Mirror = &jetstream.StreamSource{Name: b.cfg.MirrorOf, External: b.cfg.external()}
 	}
-	if b.Stream, err = b.JS.CreateOrUpdateStream(ctx, scfg); err != nil {
-		return fmt.Errorf("stream %s: %w", scfg.Name, err)
+	return scfg, nil
+}
+
+func (b *Bus) ensureStreams(ctx context.Context) error {
+	scfg, err := b.streamConfig()
+	if err != nil {
+		return err
 	}
-	if b.cfg.MirrorOf != "" {
-		if err := b.ensureBlobMirror(ctx); err != nil {
-			return err
+	if _, err := b.openOrCreate(ctx, scfg); err != nil {
+		return err
+	}
+	if b.cfg.MirrorOf != "" { // given, or adopted from the stream
+		ai, err := b.JS.AccountInfo(ctx)
+		if err != nil {
+			return fmt.Errorf("stream %s: JetStream account info: %w", b.cfg.Stream, err)
+		}
+		b.localDomain = "mirror"
+		if ai.Domain != "" {
+			b.localDomain = ai.Domain
+		}
+		if !b.cfg.ReadOnly {
+			if err := b.ensureBlobMirror(ctx); err != nil {
+				return err
+			}
 		}
 	}
-	dcfg := jetstream.StreamConfig{
-		Name:        b.DLQStream(),
-		Description: "SpecStar events a sink could not apply, with the reason",
-		Subjects:    []string{b.DLQSubjects()},
-		Storage:     jetstream.FileStorage,
-		Replicas:    b.cfg.Replicas,
-		MaxBytes:    -1,
+	if b.cfg.ReadOnly {
+		return nil // the dead-letter stream may be missing: then it holds none
 	}
-	if _, err := b.JS.CreateOrUpdateStream(ctx, dcfg); err != nil {
-		return fmt.Errorf("stream %s: %w", dcfg.Name, err)
+	if _, err := b.JS.Stream(ctx, b.DLQStream()); errors.Is(err, jetstream.ErrStreamNotFound) {
+		dcfg := jetstream.StreamConfig{
+			Name:        b.DLQStream(),
+			Description: "SpecStar events a sink could not apply, with the reason",
+			Subjects:    []string{b.DLQSubjects()},
+			Storage:     jetstream.FileStorage,
+			Replicas:    b.cfg.Replicas,
+			MaxBytes:    -1,
+		}
+		if _, err := b.JS.CreateStream(ctx, dcfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("stream %s: %w", dcfg.Name, err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("stream %s: %w", b.DLQStream(), err)
 	}
 	return nil
+}
+
+// openOrCreate opens the event stream as it is, or creates it from want
+// when it is missing (never in ReadOnly mode). An existing stream is not
+// changed: a setting in cfg.Given that differs from it is an error, and
+// the settings not given are adopted from it.
+func (b *Bus) openOrCreate(ctx context.Context, want jetstream.StreamConfig) (created bool, err error) {
+	st, err := b.JS.Stream(ctx, want.Name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		if b.cfg.ReadOnly {
+			return false, b.noStream(ctx, want.Name)
+		}
+		if b.Stream, err = b.JS.CreateStream(ctx, want); errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return b.openOrCreate(ctx, want) // another process was quicker
+		} else if err != nil {
+			return false, fmt.Errorf("stream %s: create: %w", want.Name, err)
+		}
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("stream %s: %w", want.Name, err)
+	}
+	have := st.CachedInfo().Config
+	if err := b.adopt(want, have); err != nil {
+		return false, err
+	}
+	b.Stream = st
+	return false, nil
+}
+
+// adopt checks the given settings of want against the existing stream's
+// (have) and takes the others from it, so a command run without the
+// stream flags works on a stream made with other ones.
+func (b *Bus) adopt(want, have jetstream.StreamConfig) error {
+	haveMirror := ""
+	if have.Mirror != nil {
+		haveMirror = have.Mirror.Name
+	}
+	havePrefix := ""
+	if len(have.Subjects) == 1 && strings.HasSuffix(have.Subjects[0], ".>") {
+		havePrefix = strings.TrimSuffix(have.Subjects[0], ".>")
+	}
+	maxBytes := func(n int64) string {
+		if n <= 0 {
+			return "unlimited"
+		}
+		return strconv.FormatInt(n, 10)
+	}
+	type setting struct {
+		name       string
+		have, want string
+		adopt      func()
+	}
+	for _, s := range []setting{
+		{"subject-prefix", havePrefix, b.cfg.SubjectPrefix, func() {
+			if havePrefix != "" {
+				b.cfg.SubjectPrefix = havePrefix
+			}
+		}},
+		{"replicas", strconv.Itoa(have.Replicas), strconv.Itoa(want.Replicas), func() { b.cfg.Replicas = have.Replicas }},
+		{"max-age", have.MaxAge.String(), want.MaxAge.String(), func() { b.cfg.MaxAge = have.MaxAge }},
+		{"max-bytes", maxBytes(have.MaxBytes), maxBytes(want.MaxBytes), func() { b.cfg.MaxBytes = max(have.MaxBytes, 0) }},
+		{"retention", retentionName(have.Retention), retentionName(want.Retention), func() { b.cfg.Retention = retentionName(have.Retention) }},
+		{"duplicate-window", have.Duplicates.String(), want.Duplicates.String(), func() { b.cfg.DuplicateWindow = have.Duplicates }},
+		{"mirror-of", haveMirror, b.cfg.MirrorOf, func() { b.cfg.MirrorOf = haveMirror }},
+	} {
+		if !b.cfg.Given[s.name] {
+			s.adopt()
+			continue
+		}
+		if s.have != s.want && !(s.name == "duplicate-window" && haveMirror != "") {
+			return fmt.Errorf("stream %s has %s %s, but --%s says %s: an existing stream is not changed implicitly (change it with `replicator stream apply`, or leave the flag out)",
+				have.Name, s.name, s.have, s.name, s.want)
+		}
+	}
+	return nil
+}
+
+// noStream is the error for a missing stream, listing those there are.
+func (b *Bus) noStream(ctx context.Context, name string) error {
+	var names []string
+	lister := b.JS.StreamNames(ctx)
+	for n := range lister.Name() {
+		names = append(names, n)
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("no stream %s; this server has no streams yet (a writer or `replicator run` creates it)", name)
+	}
+	return fmt.Errorf("no stream %s; streams here: %s", name, strings.Join(names, ", "))
+}
+
+// Apply changes the settings that change.Given names to change's values
+// (creating the event stream if it is missing) and keeps the others as
+// the stream has them: the one explicit way to change an existing stream
+// (`replicator stream apply`). It returns the stream's new settings.
+func (b *Bus) Apply(ctx context.Context, change Config) (jetstream.StreamConfig, error) {
+	c := change.Given
+	if c["subject-prefix"] {
+		b.cfg.SubjectPrefix = change.SubjectPrefix
+	}
+	if c["replicas"] {
+		b.cfg.Replicas = change.Replicas
+	}
+	if c["max-age"] {
+		b.cfg.MaxAge = change.MaxAge
+	}
+	if c["max-bytes"] {
+		b.cfg.MaxBytes = change.MaxBytes
+	}
+	if c["retention"] {
+		b.cfg.Retention = change.Retention
+	}
+	if c["duplicate-window"] {
+		b.cfg.DuplicateWindow = change.DuplicateWindow
+	}
+	if c["mirror-of"] {
+		b.cfg.MirrorOf = change.MirrorOf
+	}
+	want, err := b.streamConfig()
+	if err != nil {
+		return jetstream.StreamConfig{}, err
+	}
+	st, err := b.JS.CreateOrUpdateStream(ctx, want)
+	if err != nil {
+		return jetstream.StreamConfig{}, fmt.Errorf("stream %s: %w", want.Name, err)
+	}
+	b.Stream = st
+	return st.CachedInfo().Config, nil
+}
+
+func retentionName(r jetstream.RetentionPolicy) string {
+	switch r {
+	case jetstream.InterestPolicy:
+		return "interest"
+	case jetstream.WorkQueuePolicy:
+		return "workqueue"
+	}
+	return "limits"
 }
 
 // ensureBlobMirror creates the local copy of the upstream's blob object
@@ -337,9 +517,60 @@ func (b *Bus) Close() {
 	b.emb.stop()
 }
 
-// URL is the server URL this bus is connected to (for an embedded server,
-// what other processes can use as --nats).
-func (b *Bus) URL() string { return b.NC.ConnectedUrl() }
+// URL is the server URL this bus is connected to, with its credentials:
+// for an embedded server, what another process of the same user can use
+// as --nats (the token in the URL). Log RedactURL(URL()), never URL().
+func (b *Bus) URL() string {
+	u := b.NC.ConnectedUrl()
+	if b.token == "" {
+		return u
+	}
+	parsed, err := neturl.Parse(u)
+	if err != nil {
+		return u
+	}
+	parsed.User = neturl.User(b.token)
+	return parsed.String()
+}
+
+// CheckURL refuses a --nats URL that nats.go would not speak NATS to
+// (http://, https://, a typo'd scheme); several comma-separated URLs of a
+// cluster are checked one by one.
+func CheckURL(raw string) error {
+	for _, one := range strings.Split(raw, ",") {
+		one = strings.TrimSpace(one)
+		scheme, _, ok := strings.Cut(one, "://")
+		if !ok {
+			continue // host:port, which nats.go reads as nats://host:port
+		}
+		switch strings.ToLower(scheme) {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return fmt.Errorf("--nats %s: %s:// is not a NATS URL (want nats://, tls://, ws:// or wss://)", RedactURL(one), scheme)
+		}
+	}
+	return nil
+}
+
+// RedactURL hides the credentials of a NATS URL (user, password or
+// token) for logs and messages.
+func RedactURL(raw string) string {
+	parts := strings.Split(raw, ",")
+	for i, one := range parts {
+		u, err := neturl.Parse(strings.TrimSpace(one))
+		if err != nil || u.Host == "" {
+			if strings.Contains(one, "@") {
+				parts[i] = "(unparseable NATS URL)"
+			}
+			continue
+		}
+		if u.User != nil {
+			u.User = neturl.User("xxxxx")
+		}
+		parts[i] = u.String()
+	}
+	return strings.Join(parts, ",")
+}
 
 // Positions is the key-value bucket where publishers keep how far they
 // have published (a snapshot's progress, a tail's cursor), so a restart
