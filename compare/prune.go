@@ -53,13 +53,16 @@ type PruneResult struct {
 // be read. The result counts what was done even when it fails.
 func Prune(ctx context.Context, lister SinkLister, snk SinkReader, idx *SourceIndex, opts PruneOptions) (*PruneResult, error) {
 	st := &PruneResult{}
+	if idx == nil {
+		return st, errors.New("prune: no source index (give Reconcile one in ReconcileOptions.Index first)")
+	}
 	models, named := opts.Models, len(opts.Models) > 0
 	if named {
 		models = slices.Compact(slices.Sorted(slices.Values(models)))
 	} else {
 		var err error
 		if models, err = lister.Models(ctx); err != nil {
-			return st, err
+			return st, fmt.Errorf("list models: %w", err)
 		}
 	}
 	p := &pruner{snk: snk, idx: idx, opts: opts, st: st}

@@ -39,7 +39,7 @@ func (b *BusPublisher) Publish(ctx context.Context, rr Record) error {
 		}
 		if !b.pub.FitsInline(size) {
 			if err := b.pub.PutBlob(ctx, blob.FileID, blob.BlobData); err != nil {
-				return err
+				return fmt.Errorf("blob %s: object store: %w", blob.FileID, err)
 			}
 			rec = &events.BlobRefRecord{FileID: blob.FileID, Size: blob.Size, ContentType: blob.ContentType, Bucket: b.bus.BlobBucket()}
 			payload = nil
@@ -47,7 +47,7 @@ func (b *BusPublisher) Publish(ctx context.Context, rr Record) error {
 	}
 	env, err := events.EnvelopeFor(b.bus.Prefix(), rr.Model, rec, payload)
 	if err != nil {
-		return err
+		return fmt.Errorf("model %q: %w", rr.Model, err)
 	}
 	env.Headers[events.HeaderMsgID] += b.suffix
 	if err := b.pub.Publish(ctx, env); err != nil {

@@ -231,6 +231,7 @@ func (e *GapError) summary() string {
 		e.Sink, e.Floor, e.First, e.Floor+1, e.First-1)
 }
 
+// Error says what was lost and how to repair the sink or go on anyway.
 func (e *GapError) Error() string {
 	return e.summary() + ". Rebuild or repair the sink from its source (for an archive: writer replay it, or replicator mirror into a fresh directory; for Postgres: writer snapshot --restart), or run with --accept-gap to go on without them"
 }
