@@ -19,6 +19,7 @@ import (
 	"github.com/specstar/replicator/internal/synth"
 	"github.com/specstar/replicator/internal/testfixtures"
 	"github.com/specstar/replicator/internal/testsize"
+	"github.com/specstar/replicator/replicate"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/stream"
 )
@@ -81,14 +82,14 @@ func TestCatchUpAfterOutage(t *testing.T) {
 	}
 }
 
-func statusOf(t *testing.T, bus *stream.Bus, name string) sinkStatus {
+func statusOf(t *testing.T, bus *stream.Bus, name string) replicate.SinkStatus {
 	t.Helper()
 	code, out, errs := runCmd(t, "status", "--nats", bus.URL(), "--json")
 	if code != exitOK {
 		t.Fatalf("status: %d %s", code, errs)
 	}
 	var got struct {
-		Sinks []sinkStatus `json:"sinks"`
+		Sinks []replicate.SinkStatus `json:"sinks"`
 	}
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err)
@@ -99,7 +100,7 @@ func statusOf(t *testing.T, bus *stream.Bus, name string) sinkStatus {
 		}
 	}
 	t.Fatalf("no sink %s in %s", name, out)
-	return sinkStatus{}
+	return replicate.SinkStatus{}
 }
 
 // BenchmarkCatchUpDrain measures the drain alone: 110,000 events wait in

@@ -27,6 +27,7 @@ import (
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/testfixtures"
 	"github.com/specstar/replicator/internal/testsize"
+	"github.com/specstar/replicator/replicate"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/stream"
 )
@@ -609,7 +610,7 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("status: exit %d", code)
 	}
 	var got struct {
-		Sinks []sinkStatus `json:"sinks"`
+		Sinks []replicate.SinkStatus `json:"sinks"`
 	}
 	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Sinks) != 1 {
 		t.Fatalf("status --json: %v\n%s", err, out)

@@ -8,33 +8,35 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/internal/progress"
+	"github.com/specstar/replicator/replicate"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/stream"
 )
 
-func (c *workerConfig) register(fs *flag.FlagSet) {
-	fs.IntVar(&c.batch, "batch", 256, "events applied, made durable and acked together")
-	fs.IntVar(&c.maxAckPending, "max-ack-pending", 4096, "unacknowledged events JetStream lets one sink hold")
-	fs.DurationVar(&c.ackWait, "ack-wait", time.Minute, "redeliver an event not acked within this time")
-	fs.IntVar(&c.parallel, "parallel", 16, "events of a batch applied at once")
-	fs.BoolVar(&c.acceptGap, "accept-gap", false, "go on when the stream no longer holds events a sink never applied (retention removed them)")
+// registerConfig adds the flags that tune every sink's consumer.
+func registerConfig(fs *flag.FlagSet, c *replicate.Config) {
+	d := replicate.DefaultConfig()
+	fs.IntVar(&c.Batch, "batch", d.Batch, "events applied, made durable and acked together")
+	fs.IntVar(&c.MaxAckPending, "max-ack-pending", d.MaxAckPending, "unacknowledged events JetStream lets one sink hold")
+	fs.DurationVar(&c.AckWait, "ack-wait", d.AckWait, "redeliver an event not acked within this time")
+	fs.IntVar(&c.Parallel, "parallel", d.Parallel, "events of a batch applied at once")
+	fs.BoolVar(&c.AcceptGap, "accept-gap", false, "go on when the stream no longer holds events a sink never applied (retention removed them)")
 }
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	var bf busFlags
 	bf.register(fs)
-	var wc workerConfig
-	wc.register(fs)
+	var wc replicate.Config
+	registerConfig(fs, &wc)
 	var sa sinkArgs
 	sa.register(fs, "sink (repeatable): disk:/path[?options], postgres://..., s3://bucket/prefix?endpoint=..., or a deployment of --config")
-	fs.BoolVar(&wc.untilDrained, "until-drained", false, "exit 0 once every sink has applied everything the stream held at start")
+	fs.BoolVar(&wc.UntilDrained, "until-drained", false, "exit 0 once every sink has applied everything the stream held at start")
 	listen := fs.String("listen", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz (empty: off)")
 	pos, ok := parse(fs, args, stderr)
 	if !ok {
@@ -55,57 +57,58 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 		return exitFailed
 	}
 	defer bus.Close()
-	m := newMetrics()
-	if err := m.serve(ctx, *listen, log); err != nil {
-		fmt.Fprintf(stderr, "replicator run: listen %s: %v\n", *listen, err)
+	m, err := serveMetrics(ctx, *listen, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "replicator run: %v\n", err)
 		return exitFailed
 	}
 	workers, err := runWorkers(ctx, bus, specs, wc, m, log)
-	for _, w := range workers {
-		fmt.Fprintf(stdout, "sink %s (%s): %d events applied, %d dead-lettered\n", w.spec.raw, w.spec.name, w.applied, w.dead)
+	for i, w := range workers {
+		st := w.Stats()
+		fmt.Fprintf(stdout, "sink %s (%s): %d events applied, %d dead-lettered\n", specs[i].raw, w.Name(), st.Applied, st.DeadLettered)
 	}
-	if err != nil && !(errors.Is(err, context.Canceled) && !wc.untilDrained) {
+	if err != nil && !(errors.Is(err, context.Canceled) && !wc.UntilDrained) {
 		fmt.Fprintf(stderr, "replicator run: %v\n", err)
 		return exitFailed
 	}
 	return exitOK
 }
 
-// runWorkers runs one worker per sink, each on its own durable consumer,
-// so a slow or failing sink never holds back another. It returns when all
-// are done (until-drained) or ctx ends.
-func runWorkers(ctx context.Context, bus *stream.Bus, specs []*sinkSpec, wc workerConfig, m *metrics, log *slog.Logger) ([]*worker, error) {
-	workers := make([]*worker, 0, len(specs))
+// runWorkers opens every sink and runs one replicate.Worker for each on
+// its own durable consumer until all are done (until-drained) or ctx
+// ends, then closes the sinks.
+func runWorkers(ctx context.Context, bus *stream.Bus, specs []*sinkSpec, wc replicate.Config, m *replicate.Metrics, log *slog.Logger) ([]*replicate.Worker, error) {
+	sinks := make([]applier, 0, len(specs))
+	closeAll := func() {
+		for _, sk := range sinks {
+			sk.Close()
+		}
+	}
+	workers := make([]*replicate.Worker, 0, len(specs))
 	for _, spec := range specs {
 		sk, err := spec.open(ctx)
 		if err != nil {
-			for _, w := range workers {
-				w.sink.Close()
-			}
+			closeAll()
 			return nil, err
 		}
-		workers = append(workers, &worker{spec: spec, sink: sk, bus: bus, cfg: wc, log: log, m: m})
+		sinks = append(sinks, sk)
+		w, err := replicate.NewWorker(bus, sk, replicate.Options{
+			Config: wc, Name: spec.name, Display: spec.raw, Models: spec.models, Logger: log, Metrics: m,
+		})
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		workers = append(workers, w)
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(workers))
-	for i, w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = w.run(ctx)
-			if errs[i] != nil && !errors.Is(errs[i], context.Canceled) {
-				log.Error("sink stopped", "sink", w.spec.name, "err", errs[i])
-			}
-		}()
-	}
-	wg.Wait()
+	errs := replicate.RunAll(ctx, workers...)
 	var all []error
-	for i, w := range workers {
-		if err := w.sink.Close(); err != nil {
-			all = append(all, fmt.Errorf("close sink %s: %w", w.spec.raw, err))
+	for i, spec := range specs {
+		if err := sinks[i].Close(); err != nil {
+			all = append(all, fmt.Errorf("close sink %s: %w", spec.raw, err))
 		}
 		if errs[i] != nil {
-			all = append(all, fmt.Errorf("sink %s: %w", w.spec.raw, errs[i]))
+			all = append(all, fmt.Errorf("sink %s: %w", spec.raw, errs[i]))
 		}
 	}
 	return workers, errors.Join(all...)
@@ -120,8 +123,8 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	dataDir := fs.String("data-dir", "", "embedded server's data directory (default: a temporary one, removed afterwards)")
 	lenient := fs.Bool("lenient", false, "accept what SpecStar's loader accepts (see writer verify)")
 	dupWindow := fs.Duration("duplicate-window", time.Hour, "how long the embedded stream drops re-published records by message id (its memory grows with the events in this window)")
-	var wc workerConfig
-	wc.register(fs)
+	var wc replicate.Config
+	registerConfig(fs, &wc)
 	pos, ok := parse(fs, args, stderr)
 	if !ok {
 		return exitUsage
@@ -177,19 +180,19 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		fmt.Fprintf(stderr, "replicator mirror: replay %s: %v\n", *from, err)
 		return exitFailed
 	}
-	wc.untilDrained = true
-	workers, err := runWorkers(ctx, bus, []*sinkSpec{spec}, wc, newMetrics(), log)
+	wc.UntilDrained = true
+	workers, err := runWorkers(ctx, bus, []*sinkSpec{spec}, wc, nil, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator mirror: %v\n", err)
 		return exitFailed
 	}
-	w := workers[0]
+	w := workers[0].Stats()
 	fmt.Fprintf(stdout, "mirrored %s into %s in %s: %d metas, %d revisions, %d blobs (%d through the object store), %d events applied, %d dead-lettered\n",
-		*from, spec.where(), time.Since(start).Round(time.Millisecond), rs.Metas, rs.Revisions, rs.Blobs, rs.LargeBlobs, w.applied, w.dead)
+		*from, spec.where(), time.Since(start).Round(time.Millisecond), rs.Metas, rs.Revisions, rs.Blobs, rs.LargeBlobs, w.Applied, w.DeadLettered)
 	for _, warn := range rs.Warnings {
 		fmt.Fprintf(stdout, "warning: %s\n", warn.Error())
 	}
-	if w.dead > 0 {
+	if w.DeadLettered > 0 {
 		return exitFailed
 	}
 	return exitOK

@@ -1,221 +1,42 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
-	"iter"
 	"log/slog"
 	"os"
 
 	"github.com/specstar/replicator/acbak"
-	"github.com/specstar/replicator/dedup"
-	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/compare"
 	"github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/source"
 )
 
-// sinkReader is what verify reads from a sink.
-type sinkReader interface {
-	Meta(ctx context.Context, model, resourceID string) (*events.ResourceMeta, error)
-	Revision(ctx context.Context, model, resourceID, revisionID string, schemaVersion events.Opt[string]) (*events.RevisionInfo, []byte, error)
-	OpenBlob(ctx context.Context, fileID string) (*events.Binary, io.ReadCloser, error)
-}
-
-// sourceRecord is one record of the source of truth and where it is.
-type sourceRecord struct {
-	Model   string
-	Record  events.Record
-	Where   string // e.g. "frame 3 at offset 450"
-	Payload []byte // the record's exact bytes where the source has them (an archive frame); nil re-encodes
-}
-
-// recordSource yields the records a sink should hold. An archive is one;
-// the Postgres and S3 sources plug in here.
-type recordSource interface {
-	Records(ctx context.Context) iter.Seq2[sourceRecord, error]
-}
-
-// archiveSource reads an .acbak file.
-type archiveSource struct {
-	path  string
-	opts  acbak.Options
-	meter *progress.Meter
-}
-
-func (a *archiveSource) Records(ctx context.Context) iter.Seq2[sourceRecord, error] {
-	return func(yield func(sourceRecord, error) bool) {
-		f, err := os.Open(a.path)
-		if err != nil {
-			yield(sourceRecord{}, err)
-			return
-		}
-		defer f.Close()
-		opts := a.opts
-		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
-			opts.Size = st.Size()
-		}
-		r := acbak.NewReader(f, opts)
-		model := ""
-		for fr, err := range r.All() {
-			if err != nil {
-				yield(sourceRecord{}, err)
-				return
-			}
-			if a.meter != nil {
-				a.meter.Update(int64(r.Frames()), r.Offset())
-			}
-			switch rec := fr.Record.(type) {
-			case *events.ModelStartRecord:
-				model = rec.ModelName
-			case *events.MetaRecord, *events.RevisionRecord, *events.BlobRecord:
-				if !yield(sourceRecord{Model: model, Record: rec, Where: fmt.Sprintf("frame %d at offset %d", fr.Index, fr.Offset), Payload: fr.Payload}, nil) {
-					return
-				}
-			}
-		}
-	}
-}
-
-// holds says which kinds of record a sink keeps (a Postgres sink keeps no
-// blobs, and revisions only if configured to).
-type holds struct{ revisions, blobs bool }
-
-func (s *sinkSpec) holds() holds {
-	switch s.kind {
-	case "deployment":
-		return holds{revisions: s.layers.resources != nil, blobs: s.layers.blobs != nil}
-	case "postgres":
-		return holds{revisions: s.pg.Revisions}
-	}
-	return holds{revisions: true, blobs: true}
-}
+// The read-back and listing interfaces, and the source record, are
+// compare's; these names keep layered.go and deploysource.go as they are.
+type (
+	sinkReader   = compare.SinkReader
+	sinkLister   = compare.SinkLister
+	sourceRecord = compare.Record
+)
 
 // errStop ends a Snapshot early when the consumer of the records stops.
 var errStop = errors.New("stop")
 
-// comparison counts what compareSink found.
-type comparison struct {
-	Metas, Revisions, Blobs int
-	Differences             int
-}
-
-// compareSink checks that the sink holds every record of the source, with
-// equal bytes: metas and revision infos compared in msgpack, payloads and
-// blobs byte for byte. Each difference goes to report.
-func compareSink(ctx context.Context, src recordSource, snk sinkReader, h holds, report func(string)) (*comparison, error) {
-	c := &comparison{}
-	diff := func(where, format string, args ...any) {
-		c.Differences++
-		report(fmt.Sprintf("%s: %s", where, fmt.Sprintf(format, args...)))
+// scope says which kinds of record the sink keeps (a Postgres sink keeps
+// no blobs, and revisions only if configured to).
+func (s *sinkSpec) scope() compare.Scope {
+	switch s.kind {
+	case "deployment":
+		return compare.Scope{NoRevisions: s.layers.resources == nil, NoBlobs: s.layers.blobs == nil}
+	case "postgres":
+		return compare.Scope{NoRevisions: !s.pg.Revisions, NoBlobs: true}
 	}
-	for sr, err := range src.Records(ctx) {
-		if err != nil {
-			return c, err
-		}
-		switch rec := sr.Record.(type) {
-		case *events.MetaRecord:
-			c.Metas++
-			want, err := rec.Meta()
-			if err != nil {
-				diff(sr.Where, "source meta does not decode: %v", err)
-				continue
-			}
-			got, err := snk.Meta(ctx, sr.Model, want.ResourceID)
-			if err != nil {
-				diff(sr.Where, "model %q meta %q: %v", sr.Model, want.ResourceID, missingOr(err))
-				continue
-			}
-			if b, err := got.Encode(events.Msgpack); err != nil || !bytes.Equal(b, rec.Data) {
-				diff(sr.Where, "model %q meta %q differs (sink: updated %s, %d revisions, current %s; source: updated %s, %d revisions, current %s)",
-					sr.Model, want.ResourceID, got.UpdatedTime.Format(), got.TotalRevisionCount, got.CurrentRevisionID,
-					want.UpdatedTime.Format(), want.TotalRevisionCount, want.CurrentRevisionID)
-			}
-		case *events.RevisionRecord:
-			if !h.revisions {
-				continue
-			}
-			c.Revisions++
-			want, err := rec.Resource()
-			if err != nil {
-				diff(sr.Where, "source revision does not decode: %v", err)
-				continue
-			}
-			info, data, err := snk.Revision(ctx, sr.Model, want.Info.ResourceID, want.Info.RevisionID, want.Info.SchemaVersion)
-			if err != nil {
-				diff(sr.Where, "model %q revision %q: %v", sr.Model, want.Info.RevisionID, missingOr(err))
-				continue
-			}
-			got := events.RawResource{Info: *info, RawData: data}
-			if !bytes.Equal(data, want.RawData) {
-				diff(sr.Where, "model %q revision %q: payload differs (%d bytes in sink, %d in source)", sr.Model, want.Info.RevisionID, len(data), len(want.RawData))
-			} else if b, err := got.Encode(events.Msgpack); err != nil || !bytes.Equal(b, rec.Data) {
-				diff(sr.Where, "model %q revision %q: info differs (sink uid %s, source uid %s)", sr.Model, want.Info.RevisionID, info.UID, want.Info.UID)
-			}
-		case *events.BlobRecord:
-			if !h.blobs {
-				continue
-			}
-			c.Blobs++
-			bin, n, sum, ok := readSinkBlob(ctx, snk, sr.Where, rec.FileID, diff)
-			switch {
-			case !ok:
-			case n != int64(len(rec.BlobData)) || sum != dedup.FileID(rec.BlobData):
-				diff(sr.Where, "blob %s: bytes differ (%d in sink, %d in source)", rec.FileID, n, len(rec.BlobData))
-			case bin.ContentType.Value != rec.ContentType:
-				diff(sr.Where, "blob %s: content type %q in sink, %q in source", rec.FileID, bin.ContentType.Value, rec.ContentType)
-			}
-		case *events.BlobRefRecord:
-			// A live deployment's payload references a blob: the sink's
-			// copy must hash to the file_id and have the size and type the
-			// reference gives.
-			if !h.blobs {
-				continue
-			}
-			c.Blobs++
-			bin, n, sum, ok := readSinkBlob(ctx, snk, sr.Where, rec.FileID, diff)
-			switch {
-			case !ok:
-			case sum != rec.FileID:
-				diff(sr.Where, "blob %s: the sink's %d bytes do not hash to its file_id", rec.FileID, n)
-			case rec.Size >= 0 && n != rec.Size:
-				diff(sr.Where, "blob %s: %d bytes in sink, the reference says %d", rec.FileID, n, rec.Size)
-			case bin.ContentType.Value != rec.ContentType:
-				diff(sr.Where, "blob %s: content type %q in sink, %q in the reference", rec.FileID, bin.ContentType.Value, rec.ContentType)
-			}
-		}
-	}
-	return c, nil
-}
-
-// readSinkBlob reads a sink's blob through the file_id hasher, for
-// compareSink: its Binary, its length and its hash. A blob that cannot be
-// opened or read is reported through diff, and ok is false.
-func readSinkBlob(ctx context.Context, snk sinkReader, where, fileID string, diff func(where, format string, args ...any)) (bin *events.Binary, n int64, sum string, ok bool) {
-	bin, r, err := snk.OpenBlob(ctx, fileID)
-	if err != nil {
-		diff(where, "blob %s: %v", fileID, missingOr(err))
-		return nil, 0, "", false
-	}
-	defer r.Close()
-	h := dedup.NewFileIDHasher()
-	if n, err = io.Copy(h, r); err != nil {
-		diff(where, "blob %s: reading it: %v", fileID, err)
-		return nil, 0, "", false
-	}
-	return bin, n, dedup.HexSum(h), true
-}
-
-func missingOr(err error) string {
-	if errors.Is(err, fs.ErrNotExist) {
-		return "missing from the sink"
-	}
-	return err.Error()
+	return compare.Scope{}
 }
 
 // comparisonArgs are the flags verify and reconcile share: the sink, and
@@ -316,7 +137,8 @@ func openCompared(ctx context.Context, cmd string, a comparisonArgs, fs *flag.Fl
 		size = st.Size()
 	}
 	c = &comparisonSetup{spec: spec, sink: snk, reader: reader, meter: progress.New(cmd+" "+spec.raw, size, log), from: a.archive}
-	c.src = &archiveSource{path: a.archive, opts: acbak.Options{Lenient: a.lenient}, meter: c.meter}
+	c.src = &compare.Archive{Path: a.archive, Options: acbak.Options{Lenient: a.lenient},
+		Progress: func(frames int, off int64) { c.meter.Update(int64(frames), off) }}
 	if live != nil {
 		c.src, c.from = &deploymentSource{dep: *live}, live.String()
 	}
@@ -328,13 +150,14 @@ type comparisonSetup struct {
 	spec   *sinkSpec
 	sink   applier
 	reader sinkReader
-	src    recordSource
+	src    compare.Source
 	from   string // the source, for messages
 	meter  *progress.Meter
 }
 
 func (c *comparisonSetup) Close() { c.sink.Close() }
 
+// cmdVerify compares a sink with its source (compare.Verify).
 func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
 	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
 	var ca comparisonArgs
@@ -352,7 +175,7 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		return code
 	}
 	defer cs.Close()
-	c, err := compareSink(ctx, cs.src, cs.reader, cs.spec.holds(), func(line string) { fmt.Fprintln(stdout, line) })
+	c, err := compare.Verify(ctx, cs.src, cs.reader, compare.VerifyOptions{Scope: cs.spec.scope(), Out: stdout})
 	cs.meter.Done()
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator verify: %s: %v\n", cs.from, err)

@@ -1,4 +1,4 @@
-package main
+package compare
 
 import (
 	"context"
@@ -158,19 +158,32 @@ func (s *idSet) Close() error {
 	return err
 }
 
-// sourceSeen is what --prune learns from the first pass: the resources the
-// source holds, and the newest updated_time among its metas and revisions
-// (its horizon: a sink meta updated later may be a change the source's
-// read began too early to see, so it is not pruned).
-type sourceSeen struct {
+// SourceIndex is what Prune learns from Reconcile: the resources the
+// source holds, in an on-disk set, and the newest updated_time among its
+// metas and revisions (its horizon: a sink meta updated later may be a
+// change the source's read began too early to see, so it is not pruned).
+type SourceIndex struct {
 	ids    *idSet
 	newest time.Time
 }
 
+// NewSourceIndex creates an empty index in a new temporary directory
+// below tmp ("" is the system's); Close removes it.
+func NewSourceIndex(ctx context.Context, tmp string) (*SourceIndex, error) {
+	ids, err := newIDSet(ctx, tmp)
+	if err != nil {
+		return nil, err
+	}
+	return &SourceIndex{ids: ids}, nil
+}
+
+// Close removes the index and its directory.
+func (s *SourceIndex) Close() error { return s.ids.Close() }
+
 // record adds the resource of a source meta or revision; a record that
-// does not decode names no resource and is skipped (the first pass
-// reports it).
-func (s *sourceSeen) record(ctx context.Context, rr sourceRecord) error {
+// does not decode names no resource and is skipped (Reconcile reports
+// it).
+func (s *SourceIndex) record(ctx context.Context, rr Record) error {
 	var (
 		rid     string
 		updated time.Time

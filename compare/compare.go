@@ -1,0 +1,64 @@
+// Package compare checks a sink against its source of truth and repairs
+// it. Verify reports every record of the source the sink lacks or holds
+// differently; Reconcile reports the same and publishes the source's
+// version of what is missing or older onto the event stream for the
+// replicator to apply; Prune finds the resources only the sink holds and
+// publishes their purges. The source and the sink are already open: they
+// come in through the small interfaces declared here.
+package compare
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"iter"
+
+	"github.com/specstar/replicator/events"
+)
+
+// Record is one record of the source of truth and where it is, as a
+// Source yields it.
+type Record struct {
+	Model   string
+	Record  events.Record
+	Where   string // for messages, e.g. "frame 3 at offset 450"
+	Payload []byte // the record's exact bytes where the source has them (an archive frame); nil re-encodes
+}
+
+// Source yields the records a sink should hold: an Archive, or a live
+// deployment's snapshot.
+type Source interface {
+	Records(ctx context.Context) iter.Seq2[Record, error]
+}
+
+// SinkReader reads a sink back, point-wise: what Verify and Reconcile
+// look up for every source record. A record the sink lacks is an error
+// wrapping fs.ErrNotExist.
+type SinkReader interface {
+	Meta(ctx context.Context, model, resourceID string) (*events.ResourceMeta, error)
+	Revision(ctx context.Context, model, resourceID, revisionID string, schemaVersion events.Opt[string]) (*events.RevisionInfo, []byte, error)
+	OpenBlob(ctx context.Context, fileID string) (*events.Binary, io.ReadCloser, error)
+}
+
+// SinkLister lists the resources whose metas a sink holds, in byte order,
+// for Prune.
+type SinkLister interface {
+	Models(ctx context.Context) ([]string, error)
+	ResourceIDs(ctx context.Context, model string) iter.Seq2[string, error]
+}
+
+// Scope says which kinds of record the sink does not keep (a Postgres
+// meta store keeps no blobs, and revisions only if configured to), so
+// that their absence is not a difference. The zero value expects every
+// kind.
+type Scope struct {
+	NoRevisions bool
+	NoBlobs     bool
+}
+
+// writeLine writes one line of human output to out, if any.
+func writeLine(out io.Writer, format string, args ...any) {
+	if out != nil {
+		fmt.Fprintf(out, format+"\n", args...)
+	}
+}

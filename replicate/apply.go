@@ -1,0 +1,290 @@
+package replicate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/sink"
+)
+
+// invalidError marks an event that can never be applied (it is
+// dead-lettered, not retried).
+type invalidError struct{ reason string }
+
+func (e *invalidError) Error() string { return e.reason }
+
+func invalid(format string, args ...any) error {
+	return &invalidError{reason: fmt.Sprintf(format, args...)}
+}
+
+func isPermanent(err error) bool {
+	var ie *invalidError
+	return errors.As(err, &ie) || sink.IsInvalid(err)
+}
+
+// process applies a batch, makes it durable, then acks it; it returns the
+// highest stream sequence acked. Events of a batch are applied by up to
+// Parallel goroutines, one resource's events in stream order (the sinks
+// lock per resource, and concurrent fsyncs share the file system's
+// journal commits).
+func (w *Worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, error) {
+	start := time.Now()
+	type result struct {
+		kind, outcome string
+		err           error
+	}
+	results := make([]result, len(msgs))
+	// Events of one resource keep their stream order (a purge must not
+	// overtake the meta it deletes); different resources go in parallel.
+	var groups [][]int
+	byKey := map[string]int{}
+	for i, msg := range msgs {
+		h := msg.Headers()
+		key := h.Get(events.HeaderModel) + "\x00" + h.Get(events.HeaderResourceID) + "\x00" + h.Get(events.HeaderFileID)
+		if h.Get(events.HeaderResourceID) == "" && h.Get(events.HeaderFileID) == "" {
+			key = fmt.Sprintf("\x01%d", i) // nothing to order it by
+		}
+		g, ok := byKey[key]
+		if !ok {
+			g = len(groups)
+			byKey[key] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	sem := make(chan struct{}, max(w.opts.Parallel, 1))
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			for _, i := range g {
+				r := &results[i]
+				r.kind, r.outcome, r.err = w.applyWithRetry(ctx, msgs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	name := w.opts.Name
+	var last uint64
+	for i, msg := range msgs {
+		r := results[i]
+		if r.err != nil {
+			if !isPermanent(r.err) {
+				return last, r.err // only ctx ends a transient retry loop
+			}
+			if err := w.deadLetter(ctx, msg, r.err); err != nil {
+				return last, err
+			}
+			r.outcome = "dead_letter"
+		}
+		w.m.applied.WithLabelValues(name, r.kind, r.outcome).Inc()
+	}
+	if err := w.retry(ctx, "flush", func() error { return w.sink.Flush(ctx) }); err != nil {
+		return last, err
+	}
+	for i, msg := range msgs {
+		var err error
+		if i == len(msgs)-1 {
+			// Wait for the server to confirm the last ack of the batch, so
+			// a clean stop never leaves acked-but-unconfirmed work behind.
+			err = msg.DoubleAck(ctx)
+		} else {
+			err = msg.Ack()
+		}
+		if err != nil {
+			// The write is durable and idempotent: a lost ack only means a
+			// redelivery that changes nothing.
+			w.log.Warn("ack failed", "sink", name, "err", err)
+		}
+		if md, err := msg.Metadata(); err == nil {
+			last = max(last, md.Sequence.Stream)
+		}
+		w.applied.Add(1)
+	}
+	w.m.lastSeq.WithLabelValues(name).Set(float64(last))
+	w.m.batch.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	return last, nil
+}
+
+// retry runs op until it succeeds, fails permanently, or ctx ends,
+// backing off exponentially (capped at 30 s) between transient failures.
+func (w *Worker) retry(ctx context.Context, what string, op func() error) error {
+	eb := backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(0), backoff.WithMaxInterval(30*time.Second))
+	return backoff.RetryNotify(func() error {
+		err := op()
+		if err != nil && isPermanent(err) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(eb, ctx), func(err error, d time.Duration) {
+		w.m.retries.WithLabelValues(w.opts.Name).Inc()
+		w.log.Warn("sink error; retrying", "sink", w.opts.Name, "op", what, "in", d.String(), "err", err)
+		w.recordError(ctx, what, err)
+	})
+}
+
+func (w *Worker) applyWithRetry(ctx context.Context, msg jetstream.Msg) (kind, outcome string, err error) {
+	kind = msg.Headers().Get(events.HeaderKind)
+	err = w.retry(ctx, "apply "+kind, func() error {
+		var aerr error
+		outcome, aerr = w.apply(ctx, msg)
+		return aerr
+	})
+	return kind, outcome, err
+}
+
+// apply decodes one event and hands it to the sink.
+func (w *Worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
+	h := msg.Headers()
+	model := h.Get(events.HeaderModel)
+	payload := msg.Data()
+	tag, err := events.PeekTag(events.Msgpack, payload)
+	if err != nil {
+		return "", invalid("undecodable record: %v", err)
+	}
+	var out sink.Outcome
+	switch tag {
+	case events.TagMeta:
+		rec, err := events.DecodeRecord(events.Msgpack, payload)
+		if err != nil {
+			return "", invalid("MetaRecord: %v", err)
+		}
+		meta, err := rec.(*events.MetaRecord).Meta()
+		if err != nil {
+			return "", invalid("MetaRecord data is not a valid ResourceMeta: %v", err)
+		}
+		out, err = w.sink.ApplyMeta(ctx, model, meta)
+		if err != nil {
+			return "", err
+		}
+	case events.TagRevision:
+		rec, err := events.DecodeRecord(events.Msgpack, payload)
+		if err != nil {
+			return "", invalid("RevisionRecord: %v", err)
+		}
+		res, err := rec.(*events.RevisionRecord).Resource()
+		if err != nil {
+			return "", invalid("RevisionRecord data is not a valid RawResource: %v", err)
+		}
+		if out, err = w.sink.ApplyRevision(ctx, model, res); err != nil {
+			return "", err
+		}
+	case events.TagBlob:
+		rec, err := events.DecodeRecord(events.Msgpack, payload)
+		if err != nil {
+			return "", invalid("BlobRecord: %v", err)
+		}
+		b := rec.(*events.BlobRecord)
+		if out, err = w.sink.ApplyBlob(ctx, b.FileID, b.Size, b.ContentType, bytes.NewReader(b.BlobData)); err != nil {
+			return "", err
+		}
+	case events.TagBlobRef:
+		ref, err := events.DecodeBlobRef(payload)
+		if err != nil {
+			return "", invalid("BlobRefRecord: %v", err)
+		}
+		r, err := w.bus.OpenBlob(ctx, ref.Bucket, ref.FileID)
+		if (errors.Is(err, jetstream.ErrObjectNotFound) || errors.Is(err, jetstream.ErrBucketNotFound)) && !w.bus.IsMirror() {
+			// The publisher puts the object before the event, so it was
+			// removed since: waiting will not bring it back. (In a mirror
+			// region the object store's mirror may simply lag the event
+			// stream's: there it is retried.)
+			return "", invalid("blob %s is not in object store %s", ref.FileID, ref.Bucket)
+		}
+		if err != nil {
+			return "", err // transient
+		}
+		out, err = w.sink.ApplyBlob(ctx, ref.FileID, ref.Size, ref.ContentType, r)
+		r.Close()
+		if err != nil {
+			return "", err
+		}
+	case events.TagPurge:
+		pr, err := events.DecodePurge(payload)
+		if err != nil {
+			return "", invalid("PurgeRecord: %v", err)
+		}
+		if out, err = w.sink.ApplyPurge(ctx, model, pr.ResourceID, pr.PurgedTime); err != nil {
+			return "", err
+		}
+	default:
+		return "ignored", nil // a tag this sink has nothing to store for
+	}
+	return out.String(), nil
+}
+
+// deadLetter moves an event the sink can never apply to the dead-letter
+// stream, with the reason, and counts it.
+func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, cause error) error {
+	name := w.opts.Name
+	dl := nats.NewMsg(w.bus.DLQSubject(name))
+	for k, vs := range msg.Headers() {
+		for _, v := range vs {
+			dl.Header.Add(k, v)
+		}
+	}
+	seq := uint64(0)
+	if md, err := msg.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+	}
+	dl.Header.Set(headerDLQReason, cause.Error())
+	dl.Header.Set(headerDLQSink, name)
+	dl.Header.Set(headerDLQSeq, strconv.FormatUint(seq, 10))
+	dl.Header.Set(headerDLQSubject, msg.Subject())
+	// Re-dead-lettering after a crash stores it once.
+	dl.Header.Set(events.HeaderMsgID, fmt.Sprintf("dlq-%s-%d", name, seq))
+	dl.Data = msg.Data()
+	err := w.retry(ctx, "dead-letter", func() error {
+		_, err := w.bus.JS.PublishMsg(ctx, dl)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	w.dead.Add(1)
+	w.m.deadLetters.WithLabelValues(name).Inc()
+	w.recordError(ctx, "dead-letter", cause)
+	w.log.Error("event dead-lettered", "sink", name, "stream_seq", seq, "subject", msg.Subject(), "reason", cause.Error())
+	return nil
+}
+
+// sinkError is the last error of a sink, kept in the positions bucket so
+// that Status, in another process, can show it.
+type sinkError struct {
+	Op    string    `json:"op"`
+	Error string    `json:"error"`
+	At    time.Time `json:"at"`
+}
+
+func sinkErrorKey(name string) string { return "sink-error." + name }
+
+// recordError stores the sink's last error, at most once a second.
+func (w *Worker) recordError(ctx context.Context, op string, err error) {
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	if time.Since(w.lastErrAt) < time.Second {
+		return
+	}
+	w.lastErrAt = time.Now()
+	kv, kerr := w.bus.Positions(ctx)
+	if kerr != nil {
+		return
+	}
+	b, _ := json.Marshal(sinkError{Op: op, Error: err.Error(), At: w.lastErrAt.UTC()})
+	if _, perr := kv.Put(ctx, sinkErrorKey(w.opts.Name), b); perr != nil {
+		w.log.Debug("could not store the sink's last error", "err", perr)
+	}
+}

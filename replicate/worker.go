@@ -1,0 +1,347 @@
+package replicate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/progress"
+	"github.com/specstar/replicator/stream"
+)
+
+// Config tunes a sink's consumer. Zero values are passed on as they are
+// (JetStream's own default for MaxAckPending and AckWait, one event at a
+// time for Batch and Parallel); DefaultConfig gives the command's defaults.
+type Config struct {
+	Batch         int           // events fetched, applied, made durable and acked together
+	MaxAckPending int           // unacknowledged events JetStream lets the sink hold
+	AckWait       time.Duration // redeliver an event not acked within this time
+	Parallel      int           // events of a batch applied at once
+	UntilDrained  bool          // return once everything the stream held at start is applied
+	AcceptGap     bool          // go on even if the stream no longer holds events the sink never saw
+}
+
+// DefaultConfig is the tuning `replicator run` uses unless told otherwise.
+func DefaultConfig() Config {
+	return Config{Batch: 256, MaxAckPending: 4096, AckWait: time.Minute, Parallel: 16}
+}
+
+// Options say which sink a Worker feeds and how.
+type Options struct {
+	Config
+	Name    string       // the durable consumer's name: stable for the same destination, so a restart resumes
+	Display string       // how people see the sink (its redacted URL), in the consumer's description and in messages
+	Models  []string     // only these models' events (nil: every event)
+	Logger  *slog.Logger // nil: discard
+	Metrics *Metrics     // nil: series of its own, registered nowhere
+}
+
+// Stats count what a Worker did.
+type Stats struct {
+	Applied      int64 // events acked (dead letters included)
+	DeadLettered int64 // events moved to the dead-letter stream
+	Bytes        int64 // payload bytes acked
+}
+
+// Worker moves events from one durable consumer into one sink.
+type Worker struct {
+	bus  *stream.Bus
+	sink Sink
+	opts Options
+	log  *slog.Logger
+	m    *Metrics
+
+	fresh bool // the durable consumer was created by this run
+
+	errMu     sync.Mutex
+	lastErrAt time.Time
+
+	applied, bytes, dead atomic.Int64
+}
+
+// NewWorker prepares a worker that feeds snk from bus; Run starts it. The
+// caller keeps ownership of bus and snk.
+func NewWorker(bus *stream.Bus, snk Sink, opts Options) (*Worker, error) {
+	if bus == nil || snk == nil {
+		return nil, fmt.Errorf("sink %s: a worker needs a stream and a sink", opts.Display)
+	}
+	if opts.Name == "" {
+		return nil, fmt.Errorf("sink %s: a worker needs a consumer name", opts.Display)
+	}
+	if opts.Display == "" {
+		opts.Display = opts.Name
+	}
+	w := &Worker{bus: bus, sink: snk, opts: opts, log: opts.Logger, m: opts.Metrics}
+	if w.log == nil {
+		w.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if w.m == nil {
+		w.m, _ = NewMetrics(nil) // registers nothing, so it cannot fail
+	}
+	return w, nil
+}
+
+// Name is the worker's durable consumer name.
+func (w *Worker) Name() string { return w.opts.Name }
+
+// Stats returns what the worker has done so far; safe while it runs.
+func (w *Worker) Stats() Stats {
+	return Stats{Applied: w.applied.Load(), DeadLettered: w.dead.Load(), Bytes: w.bytes.Load()}
+}
+
+// RunAll runs every worker at once, each on its own durable consumer, so a
+// slow or failing sink never holds back another. It returns when all have
+// returned (until drained, or ctx ended), with each worker's error at its
+// index (nil for a worker that ended cleanly).
+func RunAll(ctx context.Context, workers ...*Worker) []error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(workers))
+	for i, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = w.Run(ctx)
+			if errs[i] != nil && !errors.Is(errs[i], context.Canceled) {
+				w.log.Error("sink stopped", "sink", w.opts.Name, "err", errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// filters are the consumer's subject filters.
+func (w *Worker) filters() []string {
+	prefix := w.bus.Prefix()
+	if len(w.opts.Models) == 0 {
+		return []string{prefix + ".>"}
+	}
+	out := make([]string, 0, len(w.opts.Models))
+	for _, m := range w.opts.Models {
+		out = append(out, prefix+"."+events.SubjectToken(m)+".>")
+	}
+	return out
+}
+
+// consumer creates or resumes the sink's durable pull consumer.
+func (w *Worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
+	cfg := jetstream.ConsumerConfig{
+		Durable:       w.opts.Name,
+		Description:   "SpecStar sink " + w.opts.Display,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       w.opts.AckWait,
+		MaxAckPending: w.opts.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	if f := w.filters(); len(f) == 1 {
+		cfg.FilterSubject = f[0]
+	} else {
+		cfg.FilterSubjects = f
+	}
+	if _, err := w.bus.Stream.Consumer(ctx, w.opts.Name); errors.Is(err, jetstream.ErrConsumerNotFound) {
+		w.fresh = true // a new sink: it has seen nothing yet
+	}
+	c, err := w.bus.Stream.CreateOrUpdateConsumer(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", w.opts.Name, err)
+	}
+	return c, nil
+}
+
+// Run consumes until ctx ends or, with UntilDrained, until every event the
+// stream held when Run started is applied (then it returns nil).
+func (w *Worker) Run(ctx context.Context) error {
+	cons, err := w.consumer(ctx)
+	if err != nil {
+		return err
+	}
+	if err := w.checkGap(ctx, cons); err != nil {
+		return err
+	}
+	var target uint64
+	var meter *progress.Meter
+	if w.opts.UntilDrained {
+		info, err := w.bus.Stream.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("stream info: %w", err)
+		}
+		target = info.State.LastSeq
+		if ci, err := cons.Info(ctx); err == nil {
+			meter = progress.NewCount("sink "+w.opts.Display, int64(ci.NumPending)+int64(ci.NumAckPending), w.log)
+			defer meter.Done()
+		}
+	}
+	w.m.setReady(w.opts.Name, true)
+	defer w.m.setReady(w.opts.Name, false)
+	go w.watchConsumer(ctx, cons)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if w.opts.UntilDrained {
+			done, err := w.drained(ctx, cons, target)
+			if err != nil {
+				return err
+			}
+			if done {
+				return nil
+			}
+		}
+		msgs, err := w.fetch(ctx, cons)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			w.log.Warn("fetch failed; retrying", "sink", w.opts.Name, "err", err)
+			sleep(ctx, time.Second)
+			continue
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		if _, err := w.process(ctx, msgs); err != nil {
+			return err
+		}
+		w.bytes.Add(batchBytes(msgs))
+		if meter != nil {
+			meter.Update(w.applied.Load(), w.bytes.Load())
+		}
+	}
+}
+
+// GapError is Run's refusal to go on when retention (max age or size)
+// removed events from the stream before the sink applied them: the
+// consumer would silently skip to what is left.
+type GapError struct {
+	Sink  string // the consumer's name
+	Floor uint64 // the last stream sequence the sink applied
+	First uint64 // the stream's first sequence now
+}
+
+func (e *GapError) summary() string {
+	return fmt.Sprintf("sink %s has applied the stream up to sequence %d, but the stream now starts at %d: events %d..%d were removed (retention) before this sink saw them",
+		e.Sink, e.Floor, e.First, e.Floor+1, e.First-1)
+}
+
+// Error says what was lost and how to repair the sink or go on anyway.
+func (e *GapError) Error() string {
+	return e.summary() + ". Rebuild or repair the sink from its source (for an archive: writer replay it, or replicator mirror into a fresh directory; for Postgres: writer snapshot --restart), or run with --accept-gap to go on without them"
+}
+
+// checkGap compares the stream's first sequence with the consumer's ack
+// floor; for a sink filtered to some models the removed events may all be
+// other models', so it is not checked there.
+func (w *Worker) checkGap(ctx context.Context, cons jetstream.Consumer) error {
+	if len(w.opts.Models) > 0 {
+		return nil
+	}
+	sinfo, err := w.bus.Stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("stream info: %w", err)
+	}
+	cinfo, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("consumer info: %w", err)
+	}
+	// A new consumer starts with its floor just below the stream's first
+	// event, but the sink has seen nothing: its floor is 0.
+	first, floor := sinfo.State.FirstSeq, cinfo.AckFloor.Stream
+	if w.fresh {
+		floor = 0
+	}
+	if sinfo.State.Msgs == 0 || first <= floor+1 {
+		return nil
+	}
+	gap := &GapError{Sink: w.opts.Name, Floor: floor, First: first}
+	if w.opts.AcceptGap {
+		w.log.Warn(gap.summary() + "; going on because of --accept-gap")
+		return nil
+	}
+	return gap
+}
+
+// watchConsumer copies the consumer's figures into the metrics every few
+// seconds until ctx ends.
+func (w *Worker) watchConsumer(ctx context.Context, cons jetstream.Consumer) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	name := w.opts.Name
+	for {
+		if info, err := cons.Info(ctx); err == nil {
+			w.m.pending.WithLabelValues(name).Set(float64(info.NumPending))
+			w.m.ackPending.WithLabelValues(name).Set(float64(info.NumAckPending))
+			w.m.ackFloor.WithLabelValues(name).Set(float64(info.AckFloor.Stream))
+			w.m.redelivered.WithLabelValues(name).Set(float64(info.NumRedelivered))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// fetch returns the next batch: it waits up to a second for the first
+// event, then takes whatever else is already there, up to Batch, so a
+// trickle of events is applied at once and a backlog in full batches.
+func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer) ([]jetstream.Msg, error) {
+	var msgs []jetstream.Msg
+	first, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+	if err != nil {
+		return nil, err
+	}
+	for m := range first.Messages() {
+		msgs = append(msgs, m)
+	}
+	if len(msgs) == 0 || w.opts.Batch <= 1 {
+		return msgs, nil
+	}
+	rest, err := cons.FetchNoWait(w.opts.Batch - len(msgs))
+	if err != nil {
+		return msgs, nil // the first is enough to go on with
+	}
+	for m := range rest.Messages() {
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
+}
+
+// drained reports whether the consumer has acknowledged everything up to
+// target: its ack floor has reached it, or (with a subject filter, whose
+// floor may stop below) nothing is pending or awaiting an ack. Events
+// delivered to a process that died count as awaiting an ack until
+// JetStream redelivers them after AckWait.
+func (w *Worker) drained(ctx context.Context, cons jetstream.Consumer, target uint64) (bool, error) {
+	if target == 0 {
+		return true, nil
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return false, fmt.Errorf("consumer info: %w", err)
+	}
+	w.m.pending.WithLabelValues(w.opts.Name).Set(float64(info.NumPending))
+	return info.AckFloor.Stream >= target || (info.NumPending == 0 && info.NumAckPending == 0), nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+func batchBytes(msgs []jetstream.Msg) int64 {
+	var n int64
+	for _, m := range msgs {
+		n += int64(len(m.Data()))
+	}
+	return n
+}
