@@ -28,7 +28,7 @@ func openBusFor(ctx context.Context, name string, args []string, stderr io.Write
 		fmt.Fprintf(stderr, "replicator %s: %v\n", name, err)
 		return nil, "", exitUsage
 	}
-	bus, err := stream.Open(ctx, bf.cfg, log)
+	bus, err := bf.open(ctx, fs, log, true)
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator %s: %v\n", name, err)
 		return nil, "", exitFailed

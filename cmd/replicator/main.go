@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -65,6 +66,12 @@ commands:
       Show dead-lettered events with their reasons.
   dlq replay [--sink NAME]
       Re-publish dead-lettered events to the stream and remove them.
+  stream info [--json]
+      The event stream's settings and state.
+  stream apply [--max-age D] [--max-bytes N] [--duplicate-window D] [--retention R] [--replicas N]
+      Change the settings given, and only those. No other command changes
+      an existing stream: one given a stream flag that differs from the
+      stream fails, naming the setting.
 
 common flags: --nats URL (default $NATS_URL; neither: embedded server),
   --stream NAME, --data-dir DIR (embedded server storage), --subject-prefix P;
@@ -99,6 +106,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdReconcile(ctx, rest, stdout, stderr, log)
 	case "status":
 		return cmdStatus(ctx, rest, stdout, stderr, log)
+	case "stream":
+		return cmdStream(ctx, rest, stdout, stderr, log)
 	case "dlq":
 		if len(rest) > 0 && rest[0] == "list" {
 			return cmdDLQList(ctx, rest[1:], stdout, stderr, log)
@@ -133,6 +142,24 @@ func (b *busFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.cfg.MirrorDomain, "mirror-domain", "", "JetStream domain of the --mirror-of stream (leaf-node regions): API prefix $JS.<domain>.API")
 	fs.StringVar(&b.cfg.MirrorAPIPrefix, "mirror-api-prefix", "", "external JetStream API prefix of the --mirror-of stream (instead of --mirror-domain)")
 	fs.StringVar(&b.cfg.Domain, "domain", "", "JetStream domain of the embedded server")
+}
+
+// open connects to the stream with the settings the command line (or
+// --config) gave explicitly marked as given, so an existing stream is
+// checked against them and never reset to this command's defaults.
+// readOnly commands create nothing.
+func (b *busFlags) open(ctx context.Context, fs *flag.FlagSet, log *slog.Logger, readOnly bool) (*stream.Bus, error) {
+	cfg := b.cfg
+	cfg.ReadOnly = readOnly
+	cfg.Given = map[string]bool{}
+	if fs != nil { // nil: no setting counts as given
+		fs.Visit(func(f *flag.Flag) {
+			if slices.Contains(stream.Settings, f.Name) {
+				cfg.Given[f.Name] = true
+			}
+		})
+	}
+	return stream.Open(ctx, cfg, log)
 }
 
 // configOnly is --config for the commands that name no deployment (status,

@@ -11,7 +11,6 @@ import (
 
 	"github.com/specstar/replicator/compare"
 	"github.com/specstar/replicator/internal/progress"
-	"github.com/specstar/replicator/stream"
 )
 
 // cmdReconcile reports how a sink differs from its source and publishes
@@ -61,7 +60,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	var fix *compare.BusPublisher
 	var pub compare.Publisher // stays nil in a dry run
 	if !*dryRun {
-		bus, err := stream.Open(ctx, bf.cfg, log)
+		bus, err := bf.open(ctx, fs, log, false)
 		if err != nil {
 			fmt.Fprintf(stderr, "replicator reconcile: %v\n", err)
 			return exitFailed

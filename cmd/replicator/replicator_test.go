@@ -47,9 +47,15 @@ func runCmd(t *testing.T, args ...string) (int, string, string) {
 // and returns a connection to it; its URL serves other processes too.
 func testBus(t *testing.T) *stream.Bus {
 	t.Helper()
+	return testBusAt(t, t.TempDir())
+}
+
+// testBusAt is testBus on the embedded server of dataDir.
+func testBusAt(t *testing.T, dataDir string) *stream.Bus {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	bus, err := stream.Open(ctx, stream.Config{DataDir: t.TempDir()}, quietLog())
+	bus, err := stream.Open(ctx, stream.Config{DataDir: dataDir}, quietLog())
 	if err != nil {
 		t.Fatalf("embedded JetStream: %v", err)
 	}

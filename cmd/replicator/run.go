@@ -51,7 +51,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 		fmt.Fprintln(stderr, "replicator run: want one or more --sink (or --meta/--resources/--blobs) and no other arguments")
 		return exitUsage
 	}
-	bus, err := stream.Open(ctx, bf.cfg, log)
+	bus, err := bf.open(ctx, fs, log, false)
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator run: %v\n", err)
 		return exitFailed
@@ -145,7 +145,7 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	spec := specs[0]
 	dir := *dataDir
 	if dir == "" {
-		tmp, err := os.MkdirTemp("", "specstar-mirror-")
+		tmp, err := stream.TempDataDir() // sweeps those killed mirrors left
 		if err != nil {
 			fmt.Fprintf(stderr, "replicator mirror: %v\n", err)
 			return exitFailed

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/specstar/replicator/replicate"
-	"github.com/specstar/replicator/stream"
 )
 
 // cmdStatus prints every sink consumer's replicate.Status.
@@ -29,7 +28,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		fmt.Fprintf(stderr, "replicator status: %v\n", err)
 		return exitUsage
 	}
-	bus, err := stream.Open(ctx, bf.cfg, log)
+	bus, err := bf.open(ctx, fs, log, true)
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator status: %v\n", err)
 		return exitFailed

@@ -1,0 +1,85 @@
+package main
+
+// Regression tests for defects found by the security and reliability
+// review (issue 12), kept together so the list stays visible.
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/specstar/replicator/internal/testfixtures"
+)
+
+// TestCommandsLeaveStreamSettingsAlone (issue 12, items 1 and 2): `run`
+// creates the stream with its flags; `status`, a later `run` without the
+// flags and `dlq list` leave them as they are; a `run` whose explicit
+// --max-age differs fails naming it; `status --stream TYPO` fails listing
+// the streams; `stream apply` is the one way to change a setting.
+func TestCommandsLeaveStreamSettingsAlone(t *testing.T) {
+	dataDir := t.TempDir()
+	sink := filepath.Join(t.TempDir(), "mirror")
+	bus := []string{"--data-dir", dataDir, "--listen", ""}
+	maxAge := func() time.Duration {
+		t.Helper()
+		code, out, errs := runCmd(t, "stream", "info", "--data-dir", dataDir, "--json")
+		if code != exitOK {
+			t.Fatalf("stream info: %d %s", code, errs)
+		}
+		var info struct {
+			Config struct {
+				MaxAge     time.Duration `json:"max_age"`
+				Duplicates time.Duration `json:"duplicate_window"`
+			} `json:"config"`
+		}
+		if err := json.Unmarshal([]byte(out), &info); err != nil {
+			t.Fatalf("stream info --json: %v\n%s", err, out)
+		}
+		return info.Config.MaxAge
+	}
+
+	// status before anything exists creates nothing.
+	if code, _, errs := runCmd(t, "status", "--data-dir", dataDir); code == exitOK || !strings.Contains(errs, "no stream SPECSTAR") {
+		t.Fatalf("status on a server without the stream: exit %d, %s", code, errs)
+	}
+	if code, out, errs := runCmd(t, append([]string{"run", "--until-drained", "--max-age", "2h", "--sink", sink}, bus...)...); code != exitOK {
+		t.Fatalf("run --max-age 2h: %d %s %s", code, out, errs)
+	}
+	if got := maxAge(); got != 2*time.Hour {
+		t.Fatalf("after run --max-age 2h the stream keeps %v", got)
+	}
+	for _, args := range [][]string{
+		{"status", "--data-dir", dataDir},
+		{"dlq", "list", "--data-dir", dataDir},
+		append([]string{"run", "--until-drained", "--sink", sink}, bus...),
+	} {
+		if code, out, errs := runCmd(t, args...); code != exitOK {
+			t.Fatalf("%v: %d %s %s", args, code, out, errs)
+		}
+		if got := maxAge(); got != 2*time.Hour {
+			t.Fatalf("%v reset the stream's max-age to %v", args[:2], got)
+		}
+	}
+	code, _, errs := runCmd(t, append([]string{"run", "--until-drained", "--max-age", "1h", "--sink", sink}, bus...)...)
+	if code == exitOK || !strings.Contains(errs, "max-age") || !strings.Contains(errs, "2h0m0s") {
+		t.Fatalf("run with a differing --max-age: exit %d, %s", code, errs)
+	}
+	code, _, errs = runCmd(t, "status", "--data-dir", dataDir, "--stream", "TYPO")
+	if code == exitOK || !strings.Contains(errs, "no stream TYPO") || !strings.Contains(errs, "SPECSTAR") {
+		t.Fatalf("status --stream TYPO: exit %d, %s", code, errs)
+	}
+	if code, _, errs := runCmd(t, "stream", "apply", "--data-dir", dataDir, "--max-age", "3h"); code != exitOK {
+		t.Fatalf("stream apply: %d %s", code, errs)
+	}
+	if got := maxAge(); got != 3*time.Hour {
+		t.Fatalf("after stream apply --max-age 3h: %v", got)
+	}
+	// The stream still takes events and the sink applies them.
+	b := testBusAt(t, dataDir)
+	replay(t, b, testfixtures.Path(t, "small.acbak"))
+	if out := drain(t, b, sink); !strings.Contains(out, "16 events applied") {
+		t.Fatalf("after the changes: %s", out)
+	}
+}
