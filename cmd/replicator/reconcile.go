@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"iter"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/progress"
+	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -28,12 +28,12 @@ import (
 // Memory does not depend on the size of either store: the source is read
 // as a stream (an archive in file order, which is not sorted; a Postgres
 // snapshot in (model, resource_id) order) and every source record is
-// looked up in the sink point-wise through sinkReader, as verify does.
+// looked up in the sink point-wise through sink.Reader, as verify does.
 //
 // --prune adds a second pass for what only the sink holds: during the
 // first, every (model, resource_id) the source holds a meta or revision of
 // goes into an on-disk set (idSet); then every resource whose meta the
-// sink holds is listed (sinkLister, in pages) and checked against the set
+// sink holds is listed (sink.Lister, in pages) and checked against the set
 // in batches, and each one the source does not hold gets a PurgeRecord at
 // its sink meta's updated_time, so that a sink holding a newer version
 // keeps it. Revisions and blobs held without a meta are not pruned.
@@ -56,7 +56,7 @@ type repairer interface {
 // missing or older one to fix (nil: dry run). Each difference goes to
 // report, one line each. seen (nil without --prune) records what the
 // source holds.
-func reconcile(ctx context.Context, src recordSource, snk sinkReader, h holds, fix repairer, seen *sourceSeen, report func(string)) (*reconcileStats, error) {
+func reconcile(ctx context.Context, src recordSource, snk sink.Reader, h holds, fix repairer, seen *sourceSeen, report func(string)) (*reconcileStats, error) {
 	st := &reconcileStats{}
 	diff := func(rr sourceRecord, repair bool, format string, args ...any) error {
 		st.Differences++
@@ -128,7 +128,7 @@ type diffFunc func(rr sourceRecord, repair bool, format string, args ...any) err
 // updated_time, or fewer revisions at the same time), is published; a
 // newer one, or one that differs at equal time and count, is reported and
 // left alone (the sink keeps the newer meta anyway).
-func reconcileMeta(ctx context.Context, rr sourceRecord, rec *events.MetaRecord, snk sinkReader, diff diffFunc) error {
+func reconcileMeta(ctx context.Context, rr sourceRecord, rec *events.MetaRecord, snk sink.Reader, diff diffFunc) error {
 	want, err := rec.Meta()
 	if err != nil {
 		return diff(rr, false, "source meta does not decode: %v", err)
@@ -180,7 +180,7 @@ func cmpInt(a, b int64) int {
 // reconcileRevision: a revision missing at (resource_id, revision_id,
 // schema_version), or whose data_hash, payload or info bytes differ, is
 // published (the sink's own rule decides which version stays).
-func reconcileRevision(ctx context.Context, rr sourceRecord, rec *events.RevisionRecord, snk sinkReader, diff diffFunc) error {
+func reconcileRevision(ctx context.Context, rr sourceRecord, rec *events.RevisionRecord, snk sink.Reader, diff diffFunc) error {
 	want, err := rec.Resource()
 	if err != nil {
 		return diff(rr, false, "source revision does not decode: %v", err)
@@ -212,7 +212,7 @@ func reconcileRevision(ctx context.Context, rr sourceRecord, rec *events.Revisio
 // reconcileBlob: a missing blob is published; a blob file whose bytes do
 // not hash to its file_id is reported and left alone (content-addressed
 // sinks keep the file they have: remove it, then reconcile again).
-func reconcileBlob(ctx context.Context, rr sourceRecord, rec *events.BlobRecord, snk sinkReader, diff diffFunc) error {
+func reconcileBlob(ctx context.Context, rr sourceRecord, rec *events.BlobRecord, snk sink.Reader, diff diffFunc) error {
 	bin, r, err := snk.OpenBlob(ctx, rec.FileID)
 	if errors.Is(err, fs.ErrNotExist) {
 		return diff(rr, true, "blob %s missing from the sink", rec.FileID)
@@ -234,12 +234,6 @@ func reconcileBlob(ctx context.Context, rr sourceRecord, rec *events.BlobRecord,
 	return nil
 }
 
-// sinkLister lists what a sink holds, in byte order, for --prune.
-type sinkLister interface {
-	Models(ctx context.Context) ([]string, error)
-	ResourceIDs(ctx context.Context, model string) iter.Seq2[string, error]
-}
-
 // pruneStats counts what the prune pass found and did.
 type pruneStats struct {
 	Models     int // sink models walked
@@ -251,7 +245,7 @@ type pruneStats struct {
 
 // pruneModels are the models the prune pass walks: named (the sink URL's
 // models=, all this sink ever consumes) or listed.
-func pruneModels(ctx context.Context, lister sinkLister, named []string) ([]string, bool, error) {
+func pruneModels(ctx context.Context, lister sink.Lister, named []string) ([]string, bool, error) {
 	if len(named) > 0 {
 		return slices.Compact(slices.Sorted(slices.Values(named))), true, nil
 	}
@@ -268,7 +262,7 @@ func pruneModels(ctx context.Context, lister sinkLister, named []string) ([]stri
 // prefix, a Postgres sink's model list may include another deployment's
 // tables); a meta updated after the source's newest change (the source
 // may have been read before it was made); a meta that cannot be read.
-func prunePass(ctx context.Context, lister sinkLister, snk sinkReader, models []string, named bool, seen *sourceSeen,
+func prunePass(ctx context.Context, lister sink.Lister, snk sink.Reader, models []string, named bool, seen *sourceSeen,
 	fix repairer, st *pruneStats, tick func(checked int), report func(string)) error {
 	for _, model := range models {
 		n, err := seen.ids.Resources(ctx, model)
@@ -317,7 +311,7 @@ func prunePass(ctx context.Context, lister sinkLister, snk sinkReader, models []
 }
 
 // pruneOne handles one resource the source holds nothing of.
-func pruneOne(ctx context.Context, snk sinkReader, model, rid string, seen *sourceSeen, fix repairer, st *pruneStats, report func(string)) error {
+func pruneOne(ctx context.Context, snk sink.Reader, model, rid string, seen *sourceSeen, fix repairer, st *pruneStats, report func(string)) error {
 	meta, err := snk.Meta(ctx, model, rid)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -417,12 +411,12 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	spec, reader, src, from, meter := cs.spec, cs.reader, cs.src, cs.from, cs.meter
 
 	var (
-		lister sinkLister
+		lister sink.Lister
 		seen   *sourceSeen
 	)
 	if *prune {
-		if lister, ok = cs.sink.(sinkLister); !ok {
-			fmt.Fprintf(stderr, "replicator reconcile: sink %s cannot be listed: --prune is not available for it\n", spec.raw)
+		if lister, ok = cs.sink.(sink.Lister); !ok {
+			fmt.Fprintf(stderr, "replicator reconcile: sink %s cannot be listed: --prune is not available for it\n", spec.Raw)
 			return exitFailed
 		}
 		ids, err := newIDSet(ctx, "")
@@ -450,22 +444,22 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		rep = fix
 	}
 	report := func(line string) { fmt.Fprintln(stdout, line) }
-	st, err := reconcile(ctx, src, reader, spec.holds(), rep, seen, report)
+	st, err := reconcile(ctx, src, reader, holdsOf(spec), rep, seen, report)
 	meter.Done()
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator reconcile: %s: %v\n", from, err)
 		return exitFailed
 	}
 	fmt.Fprintf(stdout, "%s vs %s: %d metas, %d revisions, %d blobs compared, %d differences, %d to repair\n",
-		from, spec.raw, st.Metas, st.Revisions, st.Blobs, st.Differences, st.Repairs)
+		from, spec.Raw, st.Metas, st.Revisions, st.Blobs, st.Differences, st.Repairs)
 	var perr error
 	if *prune {
-		pmeter := progress.New("reconcile --prune "+spec.raw, 0, log)
+		pmeter := progress.New("reconcile --prune "+spec.Raw, 0, log)
 		var (
 			models []string
 			named  bool
 		)
-		if models, named, perr = pruneModels(ctx, lister, spec.models); perr == nil {
+		if models, named, perr = pruneModels(ctx, lister, spec.Models); perr == nil {
 			perr = prunePass(ctx, lister, reader, models, named, seen, rep, &st.Prune, func(n int) { pmeter.Update(int64(n), 0) }, report)
 		}
 		pmeter.Done()
@@ -481,7 +475,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		}
 	}
 	if perr != nil {
-		fmt.Fprintf(stderr, "replicator reconcile: --prune: sink %s: %v\n", spec.raw, perr)
+		fmt.Fprintf(stderr, "replicator reconcile: --prune: sink %s: %v\n", spec.Raw, perr)
 		return exitFailed
 	}
 	if *prune {

@@ -14,6 +14,7 @@ import (
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/internal/progress"
+	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/stream"
 )
@@ -62,7 +63,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 	}
 	workers, err := runWorkers(ctx, bus, specs, wc, m, log)
 	for _, w := range workers {
-		fmt.Fprintf(stdout, "sink %s (%s): %d events applied, %d dead-lettered\n", w.spec.raw, w.spec.name, w.applied, w.dead)
+		fmt.Fprintf(stdout, "sink %s (%s): %d events applied, %d dead-lettered\n", w.spec.Raw, w.spec.Name, w.applied, w.dead)
 	}
 	if err != nil && !(errors.Is(err, context.Canceled) && !wc.untilDrained) {
 		fmt.Fprintf(stderr, "replicator run: %v\n", err)
@@ -74,10 +75,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 // runWorkers runs one worker per sink, each on its own durable consumer,
 // so a slow or failing sink never holds back another. It returns when all
 // are done (until-drained) or ctx ends.
-func runWorkers(ctx context.Context, bus *stream.Bus, specs []*sinkSpec, wc workerConfig, m *metrics, log *slog.Logger) ([]*worker, error) {
+func runWorkers(ctx context.Context, bus *stream.Bus, specs []*sink.Spec, wc workerConfig, m *metrics, log *slog.Logger) ([]*worker, error) {
 	workers := make([]*worker, 0, len(specs))
 	for _, spec := range specs {
-		sk, err := spec.open(ctx)
+		sk, err := spec.Open(ctx)
 		if err != nil {
 			for _, w := range workers {
 				w.sink.Close()
@@ -94,7 +95,7 @@ func runWorkers(ctx context.Context, bus *stream.Bus, specs []*sinkSpec, wc work
 			defer wg.Done()
 			errs[i] = w.run(ctx)
 			if errs[i] != nil && !errors.Is(errs[i], context.Canceled) {
-				log.Error("sink stopped", "sink", w.spec.name, "err", errs[i])
+				log.Error("sink stopped", "sink", w.spec.Name, "err", errs[i])
 			}
 		}()
 	}
@@ -102,10 +103,10 @@ func runWorkers(ctx context.Context, bus *stream.Bus, specs []*sinkSpec, wc work
 	var all []error
 	for i, w := range workers {
 		if err := w.sink.Close(); err != nil {
-			all = append(all, fmt.Errorf("close sink %s: %w", w.spec.raw, err))
+			all = append(all, fmt.Errorf("close sink %s: %w", w.spec.Raw, err))
 		}
 		if errs[i] != nil {
-			all = append(all, fmt.Errorf("sink %s: %w", w.spec.raw, errs[i]))
+			all = append(all, fmt.Errorf("sink %s: %w", w.spec.Raw, errs[i]))
 		}
 	}
 	return workers, errors.Join(all...)
@@ -178,14 +179,14 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		return exitFailed
 	}
 	wc.untilDrained = true
-	workers, err := runWorkers(ctx, bus, []*sinkSpec{spec}, wc, newMetrics(), log)
+	workers, err := runWorkers(ctx, bus, []*sink.Spec{spec}, wc, newMetrics(), log)
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator mirror: %v\n", err)
 		return exitFailed
 	}
 	w := workers[0]
 	fmt.Fprintf(stdout, "mirrored %s into %s in %s: %d metas, %d revisions, %d blobs (%d through the object store), %d events applied, %d dead-lettered\n",
-		*from, spec.where(), time.Since(start).Round(time.Millisecond), rs.Metas, rs.Revisions, rs.Blobs, rs.LargeBlobs, w.applied, w.dead)
+		*from, spec.Where(), time.Since(start).Round(time.Millisecond), rs.Metas, rs.Revisions, rs.Blobs, rs.LargeBlobs, w.applied, w.dead)
 	for _, warn := range rs.Warnings {
 		fmt.Fprintf(stdout, "warning: %s\n", warn.Error())
 	}

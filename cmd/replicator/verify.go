@@ -17,15 +17,9 @@ import (
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/internal/progress"
+	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/source"
 )
-
-// sinkReader is what verify reads from a sink.
-type sinkReader interface {
-	Meta(ctx context.Context, model, resourceID string) (*events.ResourceMeta, error)
-	Revision(ctx context.Context, model, resourceID, revisionID string, schemaVersion events.Opt[string]) (*events.RevisionInfo, []byte, error)
-	OpenBlob(ctx context.Context, fileID string) (*events.Binary, io.ReadCloser, error)
-}
 
 // sourceRecord is one record of the source of truth and where it is.
 type sourceRecord struct {
@@ -86,14 +80,10 @@ func (a *archiveSource) Records(ctx context.Context) iter.Seq2[sourceRecord, err
 // blobs, and revisions only if configured to).
 type holds struct{ revisions, blobs bool }
 
-func (s *sinkSpec) holds() holds {
-	switch s.kind {
-	case "deployment":
-		return holds{revisions: s.layers.resources != nil, blobs: s.layers.blobs != nil}
-	case "postgres":
-		return holds{revisions: s.pg.Revisions}
-	}
-	return holds{revisions: true, blobs: true}
+// holdsOf is what the sink spec keeps.
+func holdsOf(s *sink.Spec) holds {
+	r, b := s.Holds()
+	return holds{revisions: r, blobs: b}
 }
 
 // errStop ends a Snapshot early when the consumer of the records stops.
@@ -108,7 +98,7 @@ type comparison struct {
 // compareSink checks that the sink holds every record of the source, with
 // equal bytes: metas and revision infos compared in msgpack, payloads and
 // blobs byte for byte. Each difference goes to report.
-func compareSink(ctx context.Context, src recordSource, snk sinkReader, h holds, report func(string)) (*comparison, error) {
+func compareSink(ctx context.Context, src recordSource, snk sink.Reader, h holds, report func(string)) (*comparison, error) {
 	c := &comparison{}
 	diff := func(where, format string, args ...any) {
 		c.Differences++
@@ -196,7 +186,7 @@ func compareSink(ctx context.Context, src recordSource, snk sinkReader, h holds,
 // readSinkBlob reads a sink's blob through the file_id hasher, for
 // compareSink: its Binary, its length and its hash. A blob that cannot be
 // opened or read is reported through diff, and ok is false.
-func readSinkBlob(ctx context.Context, snk sinkReader, where, fileID string, diff func(where, format string, args ...any)) (bin *events.Binary, n int64, sum string, ok bool) {
+func readSinkBlob(ctx context.Context, snk sink.Reader, where, fileID string, diff func(where, format string, args ...any)) (bin *events.Binary, n int64, sum string, ok bool) {
 	bin, r, err := snk.OpenBlob(ctx, fileID)
 	if err != nil {
 		diff(where, "blob %s: %v", fileID, missingOr(err))
@@ -294,28 +284,28 @@ func openCompared(ctx context.Context, cmd string, a comparisonArgs, fs *flag.Fl
 		}
 		live = &d
 	}
-	if spec.kind == "disk" {
-		if _, err := os.Stat(spec.path); err != nil {
-			fmt.Fprintf(stderr, "replicator %s: sink %s: %v\n", cmd, spec.raw, err)
+	if root := spec.DiskRoot(); root != "" {
+		if _, err := os.Stat(root); err != nil {
+			fmt.Fprintf(stderr, "replicator %s: sink %s: %v\n", cmd, spec.Raw, err)
 			return nil, exitFailed
 		}
 	}
-	snk, err := spec.open(ctx)
+	snk, err := spec.Open(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator %s: %v\n", cmd, err)
 		return nil, exitFailed
 	}
-	reader, ok := snk.(sinkReader)
+	reader, ok := snk.(sink.Reader)
 	if !ok {
 		snk.Close()
-		fmt.Fprintf(stderr, "replicator %s: sink %s cannot be read back\n", cmd, spec.raw)
+		fmt.Fprintf(stderr, "replicator %s: sink %s cannot be read back\n", cmd, spec.Raw)
 		return nil, exitFailed
 	}
 	var size int64
 	if st, err := os.Stat(a.archive); err == nil && a.archive != "" {
 		size = st.Size()
 	}
-	c = &comparisonSetup{spec: spec, sink: snk, reader: reader, meter: progress.New(cmd+" "+spec.raw, size, log), from: a.archive}
+	c = &comparisonSetup{spec: spec, sink: snk, reader: reader, meter: progress.New(cmd+" "+spec.Raw, size, log), from: a.archive}
 	c.src = &archiveSource{path: a.archive, opts: acbak.Options{Lenient: a.lenient}, meter: c.meter}
 	if live != nil {
 		c.src, c.from = &deploymentSource{dep: *live}, live.String()
@@ -325,9 +315,9 @@ func openCompared(ctx context.Context, cmd string, a comparisonArgs, fs *flag.Fl
 
 // comparisonSetup is what openCompared opened; Close releases the sink.
 type comparisonSetup struct {
-	spec   *sinkSpec
-	sink   applier
-	reader sinkReader
+	spec   *sink.Spec
+	sink   sink.Sink
+	reader sink.Reader
 	src    recordSource
 	from   string // the source, for messages
 	meter  *progress.Meter
@@ -352,7 +342,7 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		return code
 	}
 	defer cs.Close()
-	c, err := compareSink(ctx, cs.src, cs.reader, cs.spec.holds(), func(line string) { fmt.Fprintln(stdout, line) })
+	c, err := compareSink(ctx, cs.src, cs.reader, holdsOf(cs.spec), func(line string) { fmt.Fprintln(stdout, line) })
 	cs.meter.Done()
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator verify: %s: %v\n", cs.from, err)
@@ -363,7 +353,7 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		verdict = "DIFFERENT"
 	}
 	fmt.Fprintf(stdout, "%s vs %s: %s: %d metas, %d revisions, %d blobs compared, %d differences\n",
-		cs.from, cs.spec.raw, verdict, c.Metas, c.Revisions, c.Blobs, c.Differences)
+		cs.from, cs.spec.Raw, verdict, c.Metas, c.Revisions, c.Blobs, c.Differences)
 	if c.Differences > 0 {
 		return exitFailed
 	}

@@ -41,8 +41,8 @@ type workerConfig struct {
 
 // worker moves events from one durable consumer into one sink.
 type worker struct {
-	spec *sinkSpec
-	sink applier
+	spec *sink.Spec
+	sink sink.Sink
 	bus  *stream.Bus
 	cfg  workerConfig
 	log  *slog.Logger
@@ -75,24 +75,24 @@ func isPermanent(err error) bool {
 // consumer creates or resumes the sink's durable pull consumer.
 func (w *worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	cfg := jetstream.ConsumerConfig{
-		Durable:       w.spec.name,
-		Description:   "SpecStar sink " + w.spec.raw,
+		Durable:       w.spec.Name,
+		Description:   "SpecStar sink " + w.spec.Raw,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       w.cfg.ackWait,
 		MaxAckPending: w.cfg.maxAckPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
-	if f := w.spec.filters(w.bus.Prefix()); len(f) == 1 {
+	if f := w.spec.Filters(w.bus.Prefix()); len(f) == 1 {
 		cfg.FilterSubject = f[0]
 	} else {
 		cfg.FilterSubjects = f
 	}
-	if _, err := w.bus.Stream.Consumer(ctx, w.spec.name); errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if _, err := w.bus.Stream.Consumer(ctx, w.spec.Name); errors.Is(err, jetstream.ErrConsumerNotFound) {
 		w.fresh = true // a new sink: it has seen nothing yet
 	}
 	c, err := w.bus.Stream.CreateOrUpdateConsumer(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("consumer %s: %w", w.spec.name, err)
+		return nil, fmt.Errorf("consumer %s: %w", w.spec.Name, err)
 	}
 	return c, nil
 }
@@ -116,12 +116,12 @@ func (w *worker) run(ctx context.Context) error {
 		}
 		target = info.State.LastSeq
 		if ci, err := cons.Info(ctx); err == nil {
-			meter = progress.NewCount("sink "+w.spec.raw, int64(ci.NumPending)+int64(ci.NumAckPending), w.log)
+			meter = progress.NewCount("sink "+w.spec.Raw, int64(ci.NumPending)+int64(ci.NumAckPending), w.log)
 			defer meter.Done()
 		}
 	}
-	w.m.setReady(w.spec.name, true)
-	defer w.m.setReady(w.spec.name, false)
+	w.m.setReady(w.spec.Name, true)
+	defer w.m.setReady(w.spec.Name, false)
 	go w.watchConsumer(ctx, cons)
 	for {
 		if err := ctx.Err(); err != nil {
@@ -141,7 +141,7 @@ func (w *worker) run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			w.log.Warn("fetch failed; retrying", "sink", w.spec.name, "err", err)
+			w.log.Warn("fetch failed; retrying", "sink", w.spec.Name, "err", err)
 			w.sleep(ctx, time.Second)
 			continue
 		}
@@ -164,7 +164,7 @@ func (w *worker) run(ctx context.Context) error {
 // with the consumer's ack floor; for a sink filtered to some models the
 // removed events may all be other models', so it is not checked there.
 func (w *worker) checkGap(ctx context.Context, cons jetstream.Consumer) error {
-	if len(w.spec.models) > 0 {
+	if len(w.spec.Models) > 0 {
 		return nil
 	}
 	sinfo, err := w.bus.Stream.Info(ctx)
@@ -185,7 +185,7 @@ func (w *worker) checkGap(ctx context.Context, cons jetstream.Consumer) error {
 		return nil
 	}
 	msg := fmt.Sprintf("sink %s has applied the stream up to sequence %d, but the stream now starts at %d: events %d..%d were removed (retention) before this sink saw them",
-		w.spec.name, floor, first, floor+1, first-1)
+		w.spec.Name, floor, first, floor+1, first-1)
 	if w.cfg.acceptGap {
 		w.log.Warn(msg + "; going on because of --accept-gap")
 		return nil
@@ -216,7 +216,7 @@ func (w *worker) recordError(ctx context.Context, op string, err error) {
 		return
 	}
 	b, _ := json.Marshal(sinkError{Op: op, Error: err.Error(), At: w.lastErrAt.UTC()})
-	if _, perr := kv.Put(ctx, sinkErrorKey(w.spec.name), b); perr != nil {
+	if _, perr := kv.Put(ctx, sinkErrorKey(w.spec.Name), b); perr != nil {
 		w.log.Debug("could not store the sink's last error", "err", perr)
 	}
 }
@@ -228,10 +228,10 @@ func (w *worker) watchConsumer(ctx context.Context, cons jetstream.Consumer) {
 	defer t.Stop()
 	for {
 		if info, err := cons.Info(ctx); err == nil {
-			w.m.pending.WithLabelValues(w.spec.name).Set(float64(info.NumPending))
-			w.m.ackPending.WithLabelValues(w.spec.name).Set(float64(info.NumAckPending))
-			w.m.ackFloor.WithLabelValues(w.spec.name).Set(float64(info.AckFloor.Stream))
-			w.m.redelivered.WithLabelValues(w.spec.name).Set(float64(info.NumRedelivered))
+			w.m.pending.WithLabelValues(w.spec.Name).Set(float64(info.NumPending))
+			w.m.ackPending.WithLabelValues(w.spec.Name).Set(float64(info.NumAckPending))
+			w.m.ackFloor.WithLabelValues(w.spec.Name).Set(float64(info.AckFloor.Stream))
+			w.m.redelivered.WithLabelValues(w.spec.Name).Set(float64(info.NumRedelivered))
 		}
 		select {
 		case <-ctx.Done():
@@ -279,7 +279,7 @@ func (w *worker) drained(ctx context.Context, cons jetstream.Consumer, target ui
 	if err != nil {
 		return false, fmt.Errorf("consumer info: %w", err)
 	}
-	w.m.pending.WithLabelValues(w.spec.name).Set(float64(info.NumPending))
+	w.m.pending.WithLabelValues(w.spec.Name).Set(float64(info.NumPending))
 	return info.AckFloor.Stream >= target || (info.NumPending == 0 && info.NumAckPending == 0), nil
 }
 
@@ -339,7 +339,7 @@ func (w *worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, err
 			}
 			r.outcome = "dead_letter"
 		}
-		w.m.applied.WithLabelValues(w.spec.name, r.kind, r.outcome).Inc()
+		w.m.applied.WithLabelValues(w.spec.Name, r.kind, r.outcome).Inc()
 	}
 	if err := w.retry(ctx, "flush", func() error { return w.sink.Flush(ctx) }); err != nil {
 		return last, err
@@ -356,15 +356,15 @@ func (w *worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, err
 		if err != nil {
 			// The write is durable and idempotent: a lost ack only means a
 			// redelivery that changes nothing.
-			w.log.Warn("ack failed", "sink", w.spec.name, "err", err)
+			w.log.Warn("ack failed", "sink", w.spec.Name, "err", err)
 		}
 		if md, err := msg.Metadata(); err == nil {
 			last = max(last, md.Sequence.Stream)
 		}
 		w.applied++
 	}
-	w.m.lastSeq.WithLabelValues(w.spec.name).Set(float64(last))
-	w.m.batch.WithLabelValues(w.spec.name).Observe(time.Since(start).Seconds())
+	w.m.lastSeq.WithLabelValues(w.spec.Name).Set(float64(last))
+	w.m.batch.WithLabelValues(w.spec.Name).Observe(time.Since(start).Seconds())
 	return last, nil
 }
 
@@ -386,8 +386,8 @@ func (w *worker) retry(ctx context.Context, what string, op func() error) error 
 		}
 		return err
 	}, backoff.WithContext(eb, ctx), func(err error, d time.Duration) {
-		w.m.retries.WithLabelValues(w.spec.name).Inc()
-		w.log.Warn("sink error; retrying", "sink", w.spec.name, "op", what, "in", d.String(), "err", err)
+		w.m.retries.WithLabelValues(w.spec.Name).Inc()
+		w.log.Warn("sink error; retrying", "sink", w.spec.Name, "op", what, "in", d.String(), "err", err)
 		w.recordError(ctx, what, err)
 	})
 }
@@ -485,7 +485,7 @@ func (w *worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
 // deadLetter moves an event the sink can never apply to the dead-letter
 // stream, with the reason, and counts it.
 func (w *worker) deadLetter(ctx context.Context, msg jetstream.Msg, cause error) error {
-	dl := nats.NewMsg(w.bus.DLQSubject(w.spec.name))
+	dl := nats.NewMsg(w.bus.DLQSubject(w.spec.Name))
 	for k, vs := range msg.Headers() {
 		for _, v := range vs {
 			dl.Header.Add(k, v)
@@ -496,11 +496,11 @@ func (w *worker) deadLetter(ctx context.Context, msg jetstream.Msg, cause error)
 		seq = md.Sequence.Stream
 	}
 	dl.Header.Set(headerDLQReason, cause.Error())
-	dl.Header.Set(headerDLQSink, w.spec.name)
+	dl.Header.Set(headerDLQSink, w.spec.Name)
 	dl.Header.Set(headerDLQSeq, strconv.FormatUint(seq, 10))
 	dl.Header.Set(headerDLQSubject, msg.Subject())
 	// Re-dead-lettering after a crash stores it once.
-	dl.Header.Set(events.HeaderMsgID, fmt.Sprintf("dlq-%s-%d", w.spec.name, seq))
+	dl.Header.Set(events.HeaderMsgID, fmt.Sprintf("dlq-%s-%d", w.spec.Name, seq))
 	dl.Data = msg.Data()
 	err := w.retry(ctx, "dead-letter", func() error {
 		_, err := w.bus.JS.PublishMsg(ctx, dl)
@@ -510,9 +510,9 @@ func (w *worker) deadLetter(ctx context.Context, msg jetstream.Msg, cause error)
 		return err
 	}
 	w.dead++
-	w.m.deadLetters.WithLabelValues(w.spec.name).Inc()
+	w.m.deadLetters.WithLabelValues(w.spec.Name).Inc()
 	w.recordError(ctx, "dead-letter", cause)
-	w.log.Error("event dead-lettered", "sink", w.spec.name, "stream_seq", seq, "subject", msg.Subject(), "reason", cause.Error())
+	w.log.Error("event dead-lettered", "sink", w.spec.Name, "stream_seq", seq, "subject", msg.Subject(), "reason", cause.Error())
 	return nil
 }
 
