@@ -31,22 +31,6 @@ type Source interface {
 	Records(ctx context.Context) iter.Seq2[Record, error]
 }
 
-// SinkReader reads a sink back, point-wise: what Verify and Reconcile
-// look up for every source record. A record the sink lacks is an error
-// wrapping fs.ErrNotExist.
-type SinkReader interface {
-	Meta(ctx context.Context, model, resourceID string) (*events.ResourceMeta, error)
-	Revision(ctx context.Context, model, resourceID, revisionID string, schemaVersion events.Opt[string]) (*events.RevisionInfo, []byte, error)
-	OpenBlob(ctx context.Context, fileID string) (*events.Binary, io.ReadCloser, error)
-}
-
-// SinkLister lists the resources whose metas a sink holds, in byte order,
-// for Prune.
-type SinkLister interface {
-	Models(ctx context.Context) ([]string, error)
-	ResourceIDs(ctx context.Context, model string) iter.Seq2[string, error]
-}
-
 // Scope says which kinds of record the sink does not keep (a Postgres
 // meta store keeps no blobs, and revisions only if configured to), so
 // that their absence is not a difference. The zero value expects every

@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/sink"
 )
 
 // Prune is the second pass of `reconcile --prune`, for what only the sink
 // holds: during Reconcile every (model, resource_id) the source holds a
 // meta or revision of went into a SourceIndex; Prune lists every resource
-// whose meta the sink holds (SinkLister, in pages), checks them against
+// whose meta the sink holds (sink.Lister, in pages), checks them against
 // the index in batches, and publishes a PurgeRecord for each one the
 // source does not hold, at its sink meta's updated_time, so that a sink
 // holding a newer version keeps it. Revisions and blobs held without a
@@ -51,7 +52,7 @@ type PruneResult struct {
 // deployment's tables); a meta updated after the source's newest change
 // (the source may have been read before it was made); a meta that cannot
 // be read. The result counts what was done even when it fails.
-func Prune(ctx context.Context, lister SinkLister, snk SinkReader, idx *SourceIndex, opts PruneOptions) (*PruneResult, error) {
+func Prune(ctx context.Context, lister sink.Lister, snk sink.Reader, idx *SourceIndex, opts PruneOptions) (*PruneResult, error) {
 	st := &PruneResult{}
 	if idx == nil {
 		return st, errors.New("prune: no source index (give Reconcile one in ReconcileOptions.Index first)")
@@ -75,14 +76,14 @@ func Prune(ctx context.Context, lister SinkLister, snk SinkReader, idx *SourceIn
 }
 
 type pruner struct {
-	snk  SinkReader
+	snk  sink.Reader
 	idx  *SourceIndex
 	opts PruneOptions
 	st   *PruneResult
 }
 
 // model prunes one model's resources.
-func (p *pruner) model(ctx context.Context, lister SinkLister, model string, named bool) error {
+func (p *pruner) model(ctx context.Context, lister sink.Lister, model string, named bool) error {
 	st := p.st
 	n, err := p.idx.ids.Resources(ctx, model)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/sink"
 )
 
 // Reconcile compares a sink with its source of truth and repairs the sink
@@ -48,7 +49,7 @@ type ReconcileResult struct {
 // Reconcile compares every source record with the sink and publishes
 // each missing or older one through opts.Fix. The result counts what was
 // done even when it fails.
-func Reconcile(ctx context.Context, src Source, snk SinkReader, opts ReconcileOptions) (*ReconcileResult, error) {
+func Reconcile(ctx context.Context, src Source, snk sink.Reader, opts ReconcileOptions) (*ReconcileResult, error) {
 	st := &ReconcileResult{}
 	fix := opts.Fix
 	diff := func(rr Record, repair bool, format string, args ...any) error {
@@ -121,7 +122,7 @@ type diffFunc func(rr Record, repair bool, format string, args ...any) error
 // updated_time, or fewer revisions at the same time), is published; a
 // newer one, or one that differs at equal time and count, is reported and
 // left alone (the sink keeps the newer meta anyway).
-func reconcileMeta(ctx context.Context, rr Record, rec *events.MetaRecord, snk SinkReader, diff diffFunc) error {
+func reconcileMeta(ctx context.Context, rr Record, rec *events.MetaRecord, snk sink.Reader, diff diffFunc) error {
 	want, err := rec.Meta()
 	if err != nil {
 		return diff(rr, false, "source meta does not decode: %v", err)
@@ -173,7 +174,7 @@ func cmpInt(a, b int64) int {
 // reconcileRevision: a revision missing at (resource_id, revision_id,
 // schema_version), or whose data_hash, payload or info bytes differ, is
 // published (the sink's own rule decides which version stays).
-func reconcileRevision(ctx context.Context, rr Record, rec *events.RevisionRecord, snk SinkReader, diff diffFunc) error {
+func reconcileRevision(ctx context.Context, rr Record, rec *events.RevisionRecord, snk sink.Reader, diff diffFunc) error {
 	want, err := rec.Resource()
 	if err != nil {
 		return diff(rr, false, "source revision does not decode: %v", err)
@@ -205,7 +206,7 @@ func reconcileRevision(ctx context.Context, rr Record, rec *events.RevisionRecor
 // reconcileBlob: a missing blob is published; a blob file whose bytes do
 // not hash to its file_id is reported and left alone (content-addressed
 // sinks keep the file they have: remove it, then reconcile again).
-func reconcileBlob(ctx context.Context, rr Record, rec *events.BlobRecord, snk SinkReader, diff diffFunc) error {
+func reconcileBlob(ctx context.Context, rr Record, rec *events.BlobRecord, snk sink.Reader, diff diffFunc) error {
 	bin, r, err := snk.OpenBlob(ctx, rec.FileID)
 	if errors.Is(err, fs.ErrNotExist) {
 		return diff(rr, true, "blob %s missing from the sink", rec.FileID)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/sink"
 )
 
 // VerifyOptions tune Verify.
@@ -32,7 +33,7 @@ func (r *VerifyResult) Equal() bool { return r.Differences == 0 }
 // blobs byte for byte. It reads the source once, as a stream, and looks
 // each record up in the sink, so memory does not grow with either. The
 // result counts what was compared even when reading the source fails.
-func Verify(ctx context.Context, src Source, snk SinkReader, opts VerifyOptions) (*VerifyResult, error) {
+func Verify(ctx context.Context, src Source, snk sink.Reader, opts VerifyOptions) (*VerifyResult, error) {
 	c := &VerifyResult{}
 	diff := func(where, format string, args ...any) {
 		c.Differences++
@@ -120,7 +121,7 @@ func Verify(ctx context.Context, src Source, snk SinkReader, opts VerifyOptions)
 // readSinkBlob reads a sink's blob through the file_id hasher, for
 // Verify: its Binary, its length and its hash. A blob that cannot be
 // opened or read is reported through diff, and ok is false.
-func readSinkBlob(ctx context.Context, snk SinkReader, where, fileID string, diff func(where, format string, args ...any)) (bin *events.Binary, n int64, sum string, ok bool) {
+func readSinkBlob(ctx context.Context, snk sink.Reader, where, fileID string, diff func(where, format string, args ...any)) (bin *events.Binary, n int64, sum string, ok bool) {
 	bin, r, err := snk.OpenBlob(ctx, fileID)
 	if err != nil {
 		diff(where, "blob %s: %v", fileID, missingOr(err))

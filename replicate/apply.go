@@ -92,7 +92,7 @@ func (w *Worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, err
 		}
 		w.m.applied.WithLabelValues(name, r.kind, r.outcome).Inc()
 	}
-	if err := w.retry(ctx, "flush", func() error { return w.sink.Flush(ctx) }); err != nil {
+	if err := w.retry(ctx, "flush", func() error { return w.snk.Flush(ctx) }); err != nil {
 		return last, err
 	}
 	for i, msg := range msgs {
@@ -166,7 +166,7 @@ func (w *Worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
 		if err != nil {
 			return "", invalid("MetaRecord data is not a valid ResourceMeta: %v", err)
 		}
-		out, err = w.sink.ApplyMeta(ctx, model, meta)
+		out, err = w.snk.ApplyMeta(ctx, model, meta)
 		if err != nil {
 			return "", err
 		}
@@ -179,7 +179,7 @@ func (w *Worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
 		if err != nil {
 			return "", invalid("RevisionRecord data is not a valid RawResource: %v", err)
 		}
-		if out, err = w.sink.ApplyRevision(ctx, model, res); err != nil {
+		if out, err = w.snk.ApplyRevision(ctx, model, res); err != nil {
 			return "", err
 		}
 	case events.TagBlob:
@@ -188,7 +188,7 @@ func (w *Worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
 			return "", invalid("BlobRecord: %v", err)
 		}
 		b := rec.(*events.BlobRecord)
-		if out, err = w.sink.ApplyBlob(ctx, b.FileID, b.Size, b.ContentType, bytes.NewReader(b.BlobData)); err != nil {
+		if out, err = w.snk.ApplyBlob(ctx, b.FileID, b.Size, b.ContentType, bytes.NewReader(b.BlobData)); err != nil {
 			return "", err
 		}
 	case events.TagBlobRef:
@@ -207,7 +207,7 @@ func (w *Worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
 		if err != nil {
 			return "", err // transient
 		}
-		out, err = w.sink.ApplyBlob(ctx, ref.FileID, ref.Size, ref.ContentType, r)
+		out, err = w.snk.ApplyBlob(ctx, ref.FileID, ref.Size, ref.ContentType, r)
 		r.Close()
 		if err != nil {
 			return "", err
@@ -217,7 +217,7 @@ func (w *Worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
 		if err != nil {
 			return "", invalid("PurgeRecord: %v", err)
 		}
-		if out, err = w.sink.ApplyPurge(ctx, model, pr.ResourceID, pr.PurgedTime); err != nil {
+		if out, err = w.snk.ApplyPurge(ctx, model, pr.ResourceID, pr.PurgedTime); err != nil {
 			return "", err
 		}
 	default:

@@ -8,24 +8,3 @@
 // dead-letter listing and replay, and the Prometheus metrics are the
 // operator's view of the same consumers.
 package replicate
-
-import (
-	"context"
-	"io"
-
-	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/sink"
-)
-
-// Sink is what the engine needs from a destination store: apply each kind
-// of record idempotently, make what was applied durable, release it. Its
-// method set is the one every store of package sink has, so any of them
-// (or a sink.Sink) can be handed to a Worker.
-type Sink interface {
-	ApplyMeta(ctx context.Context, model string, meta *events.ResourceMeta) (sink.Outcome, error)
-	ApplyRevision(ctx context.Context, model string, res *events.RawResource) (sink.Outcome, error)
-	ApplyBlob(ctx context.Context, fileID string, size int64, contentType string, data io.Reader) (sink.Outcome, error)
-	ApplyPurge(ctx context.Context, model, resourceID string, purgedAt events.Time) (sink.Outcome, error)
-	Flush(ctx context.Context) error
-	Close() error
-}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/progress"
+	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -54,7 +55,7 @@ type Stats struct {
 // Worker moves events from one durable consumer into one sink.
 type Worker struct {
 	bus  *stream.Bus
-	sink Sink
+	snk  sink.Sink
 	opts Options
 	log  *slog.Logger
 	m    *Metrics
@@ -69,7 +70,7 @@ type Worker struct {
 
 // NewWorker prepares a worker that feeds snk from bus; Run starts it. The
 // caller keeps ownership of bus and snk.
-func NewWorker(bus *stream.Bus, snk Sink, opts Options) (*Worker, error) {
+func NewWorker(bus *stream.Bus, snk sink.Sink, opts Options) (*Worker, error) {
 	if bus == nil || snk == nil {
 		return nil, fmt.Errorf("sink %s: a worker needs a stream and a sink", opts.Display)
 	}
@@ -79,7 +80,7 @@ func NewWorker(bus *stream.Bus, snk Sink, opts Options) (*Worker, error) {
 	if opts.Display == "" {
 		opts.Display = opts.Name
 	}
-	w := &Worker{bus: bus, sink: snk, opts: opts, log: opts.Logger, m: opts.Metrics}
+	w := &Worker{bus: bus, snk: snk, opts: opts, log: opts.Logger, m: opts.Metrics}
 	if w.log == nil {
 		w.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

@@ -15,15 +15,18 @@ import (
 	"github.com/specstar/replicator/internal/testfixtures"
 	"github.com/specstar/replicator/replicate"
 	"github.com/specstar/replicator/sink"
+	"github.com/specstar/replicator/sink/disk"
+	"github.com/specstar/replicator/sink/postgres"
+	"github.com/specstar/replicator/sink/s3"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/stream"
 )
 
-// The engine's Sink is the applier method set every store has.
+// Every backend is a sink.Sink the engine can drive.
 var (
-	_ replicate.Sink = (*sink.Disk)(nil)
-	_ replicate.Sink = (*sink.Postgres)(nil)
-	_ replicate.Sink = (*sink.S3)(nil)
+	_ sink.Sink = (*disk.Sink)(nil)
+	_ sink.Sink = (*postgres.Sink)(nil)
+	_ sink.Sink = (*s3.Sink)(nil)
 )
 
 // TestWorkerDrainsIntoDisk drives the engine without the command: an
@@ -55,7 +58,7 @@ func TestWorkerDrainsIntoDisk(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	d, err := sink.OpenDisk(ctx, dir, sink.DiskOptions{})
+	d, err := sink.Open(ctx, "disk:"+dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +81,7 @@ func TestWorkerDrainsIntoDisk(t *testing.T) {
 		t.Fatalf("stats %+v, want events applied and none dead-lettered", st)
 	}
 
-	res, err := compare.Verify(ctx, &compare.Archive{Path: archive}, d, compare.VerifyOptions{Out: testWriter{t}})
+	res, err := compare.Verify(ctx, &compare.Archive{Path: archive}, d.(sink.Reader), compare.VerifyOptions{Out: testWriter{t}})
 	if err != nil {
 		t.Fatal(err)
 	}

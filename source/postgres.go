@@ -1,7 +1,7 @@
 package source
 
 // PostgresSource reads what SpecStar's PostgresMetaStore and
-// PostgresResourceStore write (the tables sink.Postgres writes):
+// PostgresResourceStore write (the tables the sink/postgres Sink writes):
 //
 //	{prefix}{model}_meta      one row per resource, data = ResourceMeta in the deployment's encoding
 //	{prefix}resource_data     uid -> payload bytes and RevisionInfo (info)
@@ -31,12 +31,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/sink"
+	s3sink "github.com/specstar/replicator/sink/s3"
 )
 
 // PostgresOptions choose the tables and encoding of the SpecStar Postgres
 // deployment a PostgresSource reads (the same meaning as
-// sink.PostgresOptions, so one configuration describes both ends).
+// postgres.Options in sink/postgres, so one configuration describes both ends).
 type PostgresOptions struct {
 	// Encoding of the meta data and info columns; UNSET (the zero value)
 	// means msgpack, what SpecStar's Postgres factories write.
@@ -79,7 +79,7 @@ type PostgresOptions struct {
 }
 
 // RevisionLister lists one resource's revisions in a resource store kept
-// outside Postgres (sink.S3 is one); it exists so the Postgres source can
+// outside Postgres (s3.Sink is one); it exists so the Postgres source can
 // read a Postgres+S3 deployment without opening S3 itself.
 type RevisionLister interface {
 	ResourceRevisions(ctx context.Context, model, rid string) iter.Seq2[*events.RawResource, error]
@@ -87,10 +87,10 @@ type RevisionLister interface {
 
 // RevisionIndex is a RevisionLister that can leave out the revisions
 // already published, told apart by their index object's key and ETag
-// (sink.S3 is one): a live source lists a resource on every change of it,
+// (s3.Sink is one): a live source lists a resource on every change of it,
 // and would otherwise re-read its whole history each time.
 type RevisionIndex interface {
-	ListRevisions(ctx context.Context, model, rid string, skip func(sink.ListedRevision) bool) iter.Seq2[sink.ListedRevision, error]
+	ListRevisions(ctx context.Context, model, rid string, skip func(s3sink.ListedRevision) bool) iter.Seq2[s3sink.ListedRevision, error]
 }
 
 // maxKnownIndex bounds the index objects a PostgresSource remembers as
@@ -271,7 +271,7 @@ func checkConfigName(what, s string) error {
 }
 
 // metaTable returns a model's meta table name, validating the model name
-// as sink.Postgres does (letters, digits, "_", "-").
+// as the sink/postgres Sink does (letters, digits, "_", "-").
 func (s *PostgresSource) metaTable(model string) (string, error) {
 	if !validModel(model) {
 		return "", fmt.Errorf("source: model %q cannot be part of a meta table name (letters, digits, '_' and '-' can)", model)
@@ -677,18 +677,18 @@ func (s *PostgresSource) emitListed(ctx context.Context, model, table string, m 
 // out, when following changes (live) and where the store can tell, those
 // already emitted; a left-out current revision sets *knownCurrent (from
 // the store's listing goroutine). A snapshot emits everything.
-func (s *PostgresSource) listRevisions(ctx context.Context, model, rid string, meta *events.ResourceMeta, live bool, knownCurrent *atomic.Bool) iter.Seq2[sink.ListedRevision, error] {
+func (s *PostgresSource) listRevisions(ctx context.Context, model, rid string, meta *events.ResourceMeta, live bool, knownCurrent *atomic.Bool) iter.Seq2[s3sink.ListedRevision, error] {
 	idx, ok := s.opts.RevisionsFrom.(RevisionIndex)
 	if !ok {
-		return func(yield func(sink.ListedRevision, error) bool) {
+		return func(yield func(s3sink.ListedRevision, error) bool) {
 			for raw, err := range s.opts.RevisionsFrom.ResourceRevisions(ctx, model, rid) {
-				if !yield(sink.ListedRevision{Revision: raw}, err) {
+				if !yield(s3sink.ListedRevision{Revision: raw}, err) {
 					return
 				}
 			}
 		}
 	}
-	return idx.ListRevisions(ctx, model, rid, func(lr sink.ListedRevision) bool {
+	return idx.ListRevisions(ctx, model, rid, func(lr s3sink.ListedRevision) bool {
 		if !live || !s.known.has(lr.Key, lr.ETag) {
 			return false
 		}

@@ -16,6 +16,8 @@ import (
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/specstarpg"
 	"github.com/specstar/replicator/sink"
+	"github.com/specstar/replicator/sink/disk"
+	"github.com/specstar/replicator/sink/postgres"
 )
 
 // The Postgres source tests run against a real server: $PG_DSN, by default
@@ -250,13 +252,13 @@ func TestPostgresSnapshot(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 
-	disk, err := sink.OpenDisk(ctx, t.TempDir(), sink.DiskOptions{})
+	disk, err := disk.Open(ctx, t.TempDir(), disk.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { disk.Close() })
 	w2 := openWriter(t) // only for its prefix and the cleanup of the sink's tables
-	pg, err := sink.OpenPostgres(ctx, pgTestDSN(), sink.PostgresOptions{TablePrefix: prefixOf(w2), Revisions: true})
+	pg, err := postgres.Open(ctx, pgTestDSN(), postgres.Options{TablePrefix: prefixOf(w2), Revisions: true})
 	if err != nil {
 		t.Fatalf("cannot open the Postgres sink at %s: %v", pgTestDSN(), err)
 	}

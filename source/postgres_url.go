@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/redact"
 )
 
 // postgresURLKeys are the query parameters of a postgres:// source URL
@@ -73,16 +74,7 @@ func ParsePostgresURL(raw string) (dsn string, opts PostgresOptions, err error) 
 }
 
 // Redact hides a URL's password, for logs.
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
-}
+func Redact(raw string) string { return redact.URL(raw) }
 
 // PostgresID names a Postgres source stably (host, database, tables and
 // models, never the password), to key its stored position.

@@ -14,7 +14,7 @@ import (
 	"github.com/specstar/replicator/events"
 )
 
-// S3Revisions is the resource-store side SnapshotS3 reads (sink.S3 is
+// S3Revisions is the resource-store side SnapshotS3 reads (the sink/s3 Sink is
 // one); declared here so the source does not depend on the S3 code.
 type S3Revisions interface {
 	// Models lists the models that have a resource store.
@@ -23,7 +23,7 @@ type S3Revisions interface {
 	WalkRevisions(ctx context.Context, model string, fn func(*events.RawResource) error) error
 }
 
-// S3Blobs is the blob-store side SnapshotS3 reads (sink.S3 is one).
+// S3Blobs is the blob-store side SnapshotS3 reads (the sink/s3 Sink is one).
 type S3Blobs interface {
 	// WalkBlobs calls fn with every blob's Binary (no data) and a way to
 	// stream its bytes.

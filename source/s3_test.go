@@ -17,19 +17,19 @@ import (
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/s3test"
 	"github.com/specstar/replicator/internal/specstarpg"
-	"github.com/specstar/replicator/sink"
+	s3sink "github.com/specstar/replicator/sink/s3"
 )
 
 // The Postgres+S3 tests run a real versitygw (internal/s3test) beside the
 // shared Postgres: metas in Postgres, revisions in bucket "deploy", blobs
 // in bucket "files", written by the test writer with the AWS SDK; read
-// back through sink.S3.
+// back through s3sink.Sink.
 
 type s3Env struct {
 	srv    *s3test.Server
 	client *s3.Client
 	w      *specstarpg.Writer
-	store  *sink.S3
+	store  *s3sink.Sink
 }
 
 func newS3Env(t *testing.T) *s3Env {
@@ -38,7 +38,7 @@ func newS3Env(t *testing.T) *s3Env {
 	srv := s3test.Start(t)
 	srv.CreateBucket(t, "deploy")
 	srv.CreateBucket(t, "files")
-	for _, kv := range srv.Env() { // sink.S3 takes credentials from the AWS chain
+	for _, kv := range srv.Env() { // s3sink.Sink takes credentials from the AWS chain
 		k, v, _ := strings.Cut(kv, "=")
 		t.Setenv(k, v)
 	}
@@ -55,7 +55,7 @@ func newS3Env(t *testing.T) *s3Env {
 		w.Close()
 	})
 	e.w = w
-	store, err := sink.OpenS3(ctx, sink.S3Options{Bucket: "deploy", BlobBucket: "files", Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true})
+	store, err := s3sink.Open(ctx, s3sink.Options{Bucket: "deploy", BlobBucket: "files", Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true})
 	if err != nil {
 		t.Fatalf("open the S3 store at %s: %v", srv.Endpoint, err)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/sink"
+	"github.com/specstar/replicator/sink/postgres"
 )
 
 // The Postgres replay benchmarks write the shared 100,000-revision archive
@@ -201,7 +201,7 @@ func BenchmarkPostgresPlainCOPY(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		prefix := benchPGPrefix()
-		p, err := sink.OpenPostgres(ctx, pgDSN(), sink.PostgresOptions{TablePrefix: prefix, Revisions: true})
+		p, err := postgres.Open(ctx, pgDSN(), postgres.Options{TablePrefix: prefix, Revisions: true})
 		if err != nil {
 			b.Fatal(err)
 		}

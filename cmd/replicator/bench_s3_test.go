@@ -39,7 +39,8 @@ import (
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/s3test"
-	"github.com/specstar/replicator/sink"
+	"github.com/specstar/replicator/sink/disk"
+	s3sink "github.com/specstar/replicator/sink/s3"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/stream"
 )
@@ -324,7 +325,7 @@ func benchPutSourceStore(b *testing.B, srv *s3test.Server, bucket string, seed b
 		b.Fatalf("generate blob: %d bytes, %v", n, err)
 	}
 	srv.CreateBucket(b, bucket)
-	s, err := sink.OpenS3(ctx, sink.S3Options{Bucket: bucket, Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true})
+	s, err := s3sink.Open(ctx, s3sink.Options{Bucket: bucket, Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -465,7 +466,7 @@ func benchMirrorBlob(b *testing.B, srv *s3test.Server, raw *s3.Client, bins benc
 	if err != nil || id != r.fileID || n != size {
 		b.Fatalf("S3 mirror s3://%s/blobs/%s: %d bytes hashing to %s (%v), want %d bytes hashing to the file_id", r.dstBucket, r.fileID, n, id, err, size)
 	}
-	d, err := sink.OpenDisk(ctx, r.mirror, sink.DiskOptions{})
+	d, err := disk.Open(ctx, r.mirror, disk.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

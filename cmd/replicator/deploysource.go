@@ -8,6 +8,7 @@ import (
 
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/deployment"
+	s3sink "github.com/specstar/replicator/sink/s3"
 	"github.com/specstar/replicator/source"
 )
 
@@ -101,4 +102,13 @@ func (p *deploymentSource) Records(ctx context.Context) iter.Seq2[sourceRecord, 
 			yield(sourceRecord{}, err)
 		}
 	}
+}
+
+// openS3Revisions opens an S3 resource store to read revisions from.
+func openS3Revisions(ctx context.Context, raw string) (*s3sink.Sink, error) {
+	o, err := s3sink.ParseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	return s3sink.Open(ctx, o)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/specstar/replicator/compare"
 	"github.com/specstar/replicator/internal/progress"
+	"github.com/specstar/replicator/sink"
 )
 
 // cmdReconcile reports how a sink differs from its source and publishes
@@ -41,12 +42,12 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	spec, from := cs.spec, cs.from
 
 	var (
-		lister compare.SinkLister
+		lister sink.Lister
 		index  *compare.SourceIndex
 	)
 	if *prune {
-		if lister, ok = cs.sink.(compare.SinkLister); !ok {
-			fmt.Fprintf(stderr, "replicator reconcile: sink %s cannot be listed: --prune is not available for it\n", spec.raw)
+		if lister, ok = cs.sink.(sink.Lister); !ok {
+			fmt.Fprintf(stderr, "replicator reconcile: sink %s cannot be listed: --prune is not available for it\n", spec.Raw)
 			return exitFailed
 		}
 		var err error
@@ -70,22 +71,22 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		pub = fix
 	}
 
-	st, err := compare.Reconcile(ctx, cs.src, cs.reader, compare.ReconcileOptions{Scope: spec.scope(), Fix: pub, Out: stdout, Index: index})
+	st, err := compare.Reconcile(ctx, cs.src, cs.reader, compare.ReconcileOptions{Scope: scopeOf(spec), Fix: pub, Out: stdout, Index: index})
 	cs.meter.Done()
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator reconcile: %s: %v\n", from, err)
 		return exitFailed
 	}
 	fmt.Fprintf(stdout, "%s vs %s: %d metas, %d revisions, %d blobs compared, %d differences, %d to repair\n",
-		from, spec.raw, st.Metas, st.Revisions, st.Blobs, st.Differences, st.Repairs)
+		from, spec.Raw, st.Metas, st.Revisions, st.Blobs, st.Differences, st.Repairs)
 	var (
 		pr   = &compare.PruneResult{}
 		perr error
 	)
 	if *prune {
-		pmeter := progress.New("reconcile --prune "+spec.raw, 0, log)
+		pmeter := progress.New("reconcile --prune "+spec.Raw, 0, log)
 		pr, perr = compare.Prune(ctx, lister, cs.reader, index, compare.PruneOptions{
-			Models: spec.models, Fix: pub, Out: stdout, Progress: func(n int) { pmeter.Update(int64(n), 0) },
+			Models: spec.Models, Fix: pub, Out: stdout, Progress: func(n int) { pmeter.Update(int64(n), 0) },
 		})
 		pmeter.Done()
 	}
@@ -97,7 +98,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		}
 	}
 	if perr != nil {
-		fmt.Fprintf(stderr, "replicator reconcile: --prune: sink %s: %v\n", spec.raw, perr)
+		fmt.Fprintf(stderr, "replicator reconcile: --prune: sink %s: %v\n", spec.Raw, perr)
 		return exitFailed
 	}
 	if *prune {

@@ -17,6 +17,8 @@ import (
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/testfixtures"
 	"github.com/specstar/replicator/sink"
+	"github.com/specstar/replicator/sink/disk"
+	"github.com/specstar/replicator/sink/postgres"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -266,7 +268,7 @@ func extraNames(extras []extraResource) []string {
 
 // sinkHolds reports which of the extras' metas and revisions a sink still
 // holds.
-func sinkHolds(t *testing.T, r sinkReader, extras []extraResource) []string {
+func sinkHolds(t *testing.T, r sink.Reader, extras []extraResource) []string {
 	t.Helper()
 	ctx := context.Background()
 	var held []string
@@ -293,7 +295,7 @@ func sinkHolds(t *testing.T, r sinkReader, extras []extraResource) []string {
 // extras and publishes nothing; --prune publishes one purge each; run
 // applies them, the extras are gone and the archive's resources verify
 // equal; a second --prune finds nothing.
-func checkPrune(t *testing.T, bus *stream.Bus, sinkURL string, reader func() sinkReader, extras []extraResource) {
+func checkPrune(t *testing.T, bus *stream.Bus, sinkURL string, reader func() sink.Reader, extras []extraResource) {
 	t.Helper()
 	archive := testfixtures.Path(t, "small.acbak")
 	want := extraNames(extras)
@@ -355,14 +357,14 @@ func TestReconcilePruneDisk(t *testing.T) {
 	if code, out, errs := runCmd(t, "mirror", "--from", archive, "--to", dir); code != exitOK {
 		t.Fatalf("mirror: exit %d\n%s%s", code, out, errs)
 	}
-	d, err := sink.OpenDisk(ctx, dir, sink.DiskOptions{})
+	d, err := disk.Open(ctx, dir, disk.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
 	extras := extraResources(t)
 	plantExtras(t, d, extras)
-	checkPrune(t, testBus(t), dir, func() sinkReader { return d }, extras)
+	checkPrune(t, testBus(t), dir, func() sink.Reader { return d }, extras)
 	// Nothing of the extras is left on disk: no meta file, no index entry.
 	for _, x := range extras {
 		for _, p := range []string{
@@ -385,18 +387,18 @@ func TestReconcilePrunePostgres(t *testing.T) {
 	bus := testBus(t)
 	replay(t, bus, testfixtures.Path(t, "small.acbak"))
 	drain(t, bus, pgURL)
-	spec, err := parseSink(pgURL)
+	spec, err := postgres.ParseSpec(pgURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := sink.OpenPostgres(ctx, spec.dsn, spec.pg)
+	p, err := spec.Open(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
 	extras := extraResources(t)
 	plantExtras(t, p, extras)
-	checkPrune(t, bus, pgURL, func() sinkReader { return p }, extras)
+	checkPrune(t, bus, pgURL, func() sink.Reader { return p }, extras)
 }
 
 // TestReconcilePruneLeavesAlone: what --prune does not purge, reported as
@@ -412,7 +414,7 @@ func TestReconcilePruneLeavesAlone(t *testing.T) {
 	if code, out, errs := runCmd(t, "mirror", "--from", archive, "--to", dir); code != exitOK {
 		t.Fatalf("mirror: exit %d\n%s%s", code, out, errs)
 	}
-	d, err := sink.OpenDisk(ctx, dir, sink.DiskOptions{})
+	d, err := disk.Open(ctx, dir, disk.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

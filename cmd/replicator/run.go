@@ -14,6 +14,7 @@ import (
 	"github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/replicate"
+	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/stream"
 )
@@ -65,7 +66,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 	workers, err := runWorkers(ctx, bus, specs, wc, m, log)
 	for i, w := range workers {
 		st := w.Stats()
-		fmt.Fprintf(stdout, "sink %s (%s): %d events applied, %d dead-lettered\n", specs[i].raw, w.Name(), st.Applied, st.DeadLettered)
+		fmt.Fprintf(stdout, "sink %s (%s): %d events applied, %d dead-lettered\n", specs[i].Raw, w.Name(), st.Applied, st.DeadLettered)
 	}
 	if err != nil && !(errors.Is(err, context.Canceled) && !wc.UntilDrained) {
 		fmt.Fprintf(stderr, "replicator run: %v\n", err)
@@ -77,8 +78,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 // runWorkers opens every sink and runs one replicate.Worker for each on
 // its own durable consumer until all are done (until-drained) or ctx
 // ends, then closes the sinks.
-func runWorkers(ctx context.Context, bus *stream.Bus, specs []*sinkSpec, wc replicate.Config, m *replicate.Metrics, log *slog.Logger) ([]*replicate.Worker, error) {
-	sinks := make([]applier, 0, len(specs))
+func runWorkers(ctx context.Context, bus *stream.Bus, specs []*sink.Spec, wc replicate.Config, m *replicate.Metrics, log *slog.Logger) ([]*replicate.Worker, error) {
+	sinks := make([]sink.Sink, 0, len(specs))
 	closeAll := func() {
 		for _, sk := range sinks {
 			sk.Close()
@@ -86,14 +87,14 @@ func runWorkers(ctx context.Context, bus *stream.Bus, specs []*sinkSpec, wc repl
 	}
 	workers := make([]*replicate.Worker, 0, len(specs))
 	for _, spec := range specs {
-		sk, err := spec.open(ctx)
+		sk, err := spec.Open(ctx)
 		if err != nil {
 			closeAll()
 			return nil, err
 		}
 		sinks = append(sinks, sk)
 		w, err := replicate.NewWorker(bus, sk, replicate.Options{
-			Config: wc, Name: spec.name, Display: spec.raw, Models: spec.models, Logger: log, Metrics: m,
+			Config: wc, Name: spec.Name, Display: spec.Raw, Models: spec.Models, Logger: log, Metrics: m,
 		})
 		if err != nil {
 			closeAll()
@@ -105,10 +106,10 @@ func runWorkers(ctx context.Context, bus *stream.Bus, specs []*sinkSpec, wc repl
 	var all []error
 	for i, spec := range specs {
 		if err := sinks[i].Close(); err != nil {
-			all = append(all, fmt.Errorf("close sink %s: %w", spec.raw, err))
+			all = append(all, fmt.Errorf("close sink %s: %w", spec.Raw, err))
 		}
 		if errs[i] != nil {
-			all = append(all, fmt.Errorf("sink %s: %w", spec.raw, errs[i]))
+			all = append(all, fmt.Errorf("sink %s: %w", spec.Raw, errs[i]))
 		}
 	}
 	return workers, errors.Join(all...)
@@ -181,14 +182,14 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		return exitFailed
 	}
 	wc.UntilDrained = true
-	workers, err := runWorkers(ctx, bus, []*sinkSpec{spec}, wc, nil, log)
+	workers, err := runWorkers(ctx, bus, []*sink.Spec{spec}, wc, nil, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator mirror: %v\n", err)
 		return exitFailed
 	}
 	w := workers[0].Stats()
 	fmt.Fprintf(stdout, "mirrored %s into %s in %s: %d metas, %d revisions, %d blobs (%d through the object store), %d events applied, %d dead-lettered\n",
-		*from, spec.where(), time.Since(start).Round(time.Millisecond), rs.Metas, rs.Revisions, rs.Blobs, rs.LargeBlobs, w.Applied, w.DeadLettered)
+		*from, spec.Where(), time.Since(start).Round(time.Millisecond), rs.Metas, rs.Revisions, rs.Blobs, rs.LargeBlobs, w.Applied, w.DeadLettered)
 	for _, warn := range rs.Warnings {
 		fmt.Fprintf(stdout, "warning: %s\n", warn.Error())
 	}

@@ -13,30 +13,22 @@ import (
 	"github.com/specstar/replicator/compare"
 	"github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/internal/progress"
+	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/source"
 )
 
-// The read-back and listing interfaces, and the source record, are
-// compare's; these names keep layered.go and deploysource.go as they are.
-type (
-	sinkReader   = compare.SinkReader
-	sinkLister   = compare.SinkLister
-	sourceRecord = compare.Record
-)
+// sourceRecord is compare's record of the source of truth; the live
+// deployment source (deploysource.go) yields them.
+type sourceRecord = compare.Record
 
 // errStop ends a Snapshot early when the consumer of the records stops.
 var errStop = errors.New("stop")
 
-// scope says which kinds of record the sink keeps (a Postgres sink keeps
+// scopeOf says which kinds of record the sink keeps (a Postgres sink keeps
 // no blobs, and revisions only if configured to).
-func (s *sinkSpec) scope() compare.Scope {
-	switch s.kind {
-	case "deployment":
-		return compare.Scope{NoRevisions: s.layers.resources == nil, NoBlobs: s.layers.blobs == nil}
-	case "postgres":
-		return compare.Scope{NoRevisions: !s.pg.Revisions, NoBlobs: true}
-	}
-	return compare.Scope{}
+func scopeOf(s *sink.Spec) compare.Scope {
+	revisions, blobs := s.Holds()
+	return compare.Scope{NoRevisions: !revisions, NoBlobs: !blobs}
 }
 
 // comparisonArgs are the flags verify and reconcile share: the sink, and
@@ -115,28 +107,28 @@ func openCompared(ctx context.Context, cmd string, a comparisonArgs, fs *flag.Fl
 		}
 		live = &d
 	}
-	if spec.kind == "disk" {
-		if _, err := os.Stat(spec.path); err != nil {
-			fmt.Fprintf(stderr, "replicator %s: sink %s: %v\n", cmd, spec.raw, err)
+	if root := spec.DiskRoot(); root != "" {
+		if _, err := os.Stat(root); err != nil {
+			fmt.Fprintf(stderr, "replicator %s: sink %s: %v\n", cmd, spec.Raw, err)
 			return nil, exitFailed
 		}
 	}
-	snk, err := spec.open(ctx)
+	snk, err := spec.Open(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator %s: %v\n", cmd, err)
 		return nil, exitFailed
 	}
-	reader, ok := snk.(sinkReader)
+	reader, ok := snk.(sink.Reader)
 	if !ok {
 		snk.Close()
-		fmt.Fprintf(stderr, "replicator %s: sink %s cannot be read back\n", cmd, spec.raw)
+		fmt.Fprintf(stderr, "replicator %s: sink %s cannot be read back\n", cmd, spec.Raw)
 		return nil, exitFailed
 	}
 	var size int64
 	if st, err := os.Stat(a.archive); err == nil && a.archive != "" {
 		size = st.Size()
 	}
-	c = &comparisonSetup{spec: spec, sink: snk, reader: reader, meter: progress.New(cmd+" "+spec.raw, size, log), from: a.archive}
+	c = &comparisonSetup{spec: spec, sink: snk, reader: reader, meter: progress.New(cmd+" "+spec.Raw, size, log), from: a.archive}
 	c.src = &compare.Archive{Path: a.archive, Options: acbak.Options{Lenient: a.lenient},
 		Progress: func(frames int, off int64) { c.meter.Update(int64(frames), off) }}
 	if live != nil {
@@ -147,9 +139,9 @@ func openCompared(ctx context.Context, cmd string, a comparisonArgs, fs *flag.Fl
 
 // comparisonSetup is what openCompared opened; Close releases the sink.
 type comparisonSetup struct {
-	spec   *sinkSpec
-	sink   applier
-	reader sinkReader
+	spec   *sink.Spec
+	sink   sink.Sink
+	reader sink.Reader
 	src    compare.Source
 	from   string // the source, for messages
 	meter  *progress.Meter
@@ -175,7 +167,7 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		return code
 	}
 	defer cs.Close()
-	c, err := compare.Verify(ctx, cs.src, cs.reader, compare.VerifyOptions{Scope: cs.spec.scope(), Out: stdout})
+	c, err := compare.Verify(ctx, cs.src, cs.reader, compare.VerifyOptions{Scope: scopeOf(cs.spec), Out: stdout})
 	cs.meter.Done()
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator verify: %s: %v\n", cs.from, err)
@@ -186,7 +178,7 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		verdict = "DIFFERENT"
 	}
 	fmt.Fprintf(stdout, "%s vs %s: %s: %d metas, %d revisions, %d blobs compared, %d differences\n",
-		cs.from, cs.spec.raw, verdict, c.Metas, c.Revisions, c.Blobs, c.Differences)
+		cs.from, cs.spec.Raw, verdict, c.Metas, c.Revisions, c.Blobs, c.Differences)
 	if c.Differences > 0 {
 		return exitFailed
 	}

@@ -27,7 +27,7 @@ import (
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/specstarpg"
-	"github.com/specstar/replicator/sink"
+	"github.com/specstar/replicator/sink/disk"
 )
 
 // e2eModels are the models the e2e writer writes, alternately.
@@ -431,7 +431,7 @@ func e2eCheckBlobs(t *testing.T, dir string, want map[string]specstarpg.Blob) {
 	if n != len(want) {
 		t.Errorf("%d blob files, want %d (one per referenced blob)", n, len(want))
 	}
-	store, err := sink.OpenDiskBlobStore(dir)
+	store, err := disk.OpenBlobStore(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/httpops"
 	"github.com/specstar/replicator/internal/progress"
-	"github.com/specstar/replicator/sink"
+	s3sink "github.com/specstar/replicator/sink/s3"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/stream"
 )
@@ -80,8 +80,8 @@ type pgPublisher struct {
 	bytes  int64
 }
 
-// blobOpener reads a deployment's blob store (sink.DiskBlobStore or
-// sink.S3).
+// blobOpener reads a deployment's blob store (disk.BlobStore or
+// s3sink.Sink).
 type blobOpener interface {
 	OpenBlob(ctx context.Context, fileID string) (*events.Binary, io.ReadCloser, error)
 }
@@ -159,7 +159,7 @@ func (p *pgPublisher) publishBlobData(ctx context.Context, model, fileID string,
 // (application/octet-stream) where SpecStar gave none; there the payload's
 // reference is SpecStar's own record of it.
 func contentType(store blobOpener, bin *events.Binary, ref events.BinaryRef) string {
-	if _, ok := store.(*sink.S3); ok {
+	if _, ok := store.(*s3sink.Sink); ok {
 		return ref.ContentType
 	}
 	return bin.ContentType.Value

@@ -23,7 +23,7 @@ import (
 	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/internal/specstarpg"
 	"github.com/specstar/replicator/internal/testfixtures"
-	"github.com/specstar/replicator/sink"
+	"github.com/specstar/replicator/sink/disk"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -317,7 +317,7 @@ func (s *syncBuffer) String() string {
 func TestSnapshotPublishesReferencedBlobs(t *testing.T) {
 	ctx := context.Background()
 	store := t.TempDir()
-	d, err := sink.OpenDisk(ctx, store, sink.DiskOptions{})
+	d, err := disk.Open(ctx, store, disk.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

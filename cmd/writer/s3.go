@@ -20,7 +20,8 @@ import (
 	"github.com/specstar/replicator/events"
 	specdeploy "github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/internal/progress"
-	"github.com/specstar/replicator/sink"
+	disksink "github.com/specstar/replicator/sink/disk"
+	s3sink "github.com/specstar/replicator/sink/s3"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/stream"
 )
@@ -42,19 +43,19 @@ func (s *storeFlags) register(fs *flag.FlagSet) {
 func isS3URL(s string) bool { return strings.HasPrefix(s, "s3://") }
 
 // openResourceStore opens an s3:// resource store for reading.
-func openResourceStore(ctx context.Context, raw string) (*sink.S3, error) {
+func openResourceStore(ctx context.Context, raw string) (*s3sink.Sink, error) {
 	if !isS3URL(raw) {
 		return nil, fmt.Errorf("resource store %q: want an s3:// URL", raw)
 	}
-	opts, err := sink.ParseS3URL(raw)
+	opts, err := s3sink.ParseURL(raw)
 	if err != nil {
 		return nil, err
 	}
-	return sink.OpenS3(ctx, opts)
+	return s3sink.Open(ctx, opts)
 }
 
 // s3BlobStore is a blob store that can be read blob by blob and listed
-// (sink.S3).
+// (s3sink.Sink).
 type s3BlobStore interface {
 	blobOpener
 	source.S3Blobs
@@ -64,17 +65,17 @@ type s3BlobStore interface {
 // DiskBlobStore directory; closeFn releases it.
 func openBlobStore(ctx context.Context, spec string) (blobs s3BlobStore, disk blobOpener, closeFn func(), err error) {
 	if !isS3URL(spec) {
-		bs, err := sink.OpenDiskBlobStore(spec)
+		bs, err := disksink.OpenBlobStore(spec)
 		if err != nil {
 			return nil, nil, nil, err
 		}
 		return nil, bs, func() {}, nil
 	}
-	opts, err := sink.ParseS3BlobURL(spec)
+	opts, err := s3sink.ParseBlobURL(spec)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	s, err := sink.OpenS3(ctx, opts)
+	s, err := s3sink.Open(ctx, opts)
 	if err != nil {
 		return nil, nil, nil, err
 	}

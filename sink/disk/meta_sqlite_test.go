@@ -1,0 +1,196 @@
+package disk
+
+import (
+	"context"
+	"database/sql"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/sink/internal/sinktestutil"
+	"github.com/specstar/replicator/sink/internal/store"
+)
+
+// TestPyJSON: json.dumps(v, ensure_ascii=False) as CPython 3.12 prints it
+// (expected texts produced by CPython).
+func TestPyJSON(t *testing.T) {
+	floats := []struct {
+		f    float64
+		want string
+	}{
+		{1.0, "1.0"}, {100.0, "100.0"}, {1e15, "1000000000000000.0"}, {1e16, "1e+16"},
+		{1e-4, "0.0001"}, {1e-5, "1e-05"}, {1.5e-5, "1.5e-05"}, {0.1, "0.1"},
+		{math.Copysign(0, -1), "-0.0"}, {0, "0.0"}, {1234567890123456.8, "1234567890123456.8"},
+		{9007199254740992.0, "9007199254740992.0"}, {1.2345678901234568e16, "1.2345678901234568e+16"},
+		{5e-324, "5e-324"}, {1.7976931348623157e308, "1.7976931348623157e+308"}, {123.456, "123.456"},
+		{-2.5e-8, "-2.5e-08"}, {1e22, "1e+22"}, {0.0001234, "0.0001234"},
+		{math.NaN(), "NaN"}, {math.Inf(1), "Infinity"}, {math.Inf(-1), "-Infinity"},
+	}
+	for _, c := range floats {
+		if got, err := appendPyJSON(nil, c.f, 0); err != nil || string(got) != c.want {
+			t.Errorf("%v: %q %v, want %q", c.f, got, err, c.want)
+		}
+	}
+	m := events.Map{
+		{Key: "b", Value: []any{int64(1), "x", nil, true, false, events.Map{}}},
+		{Key: "a", Value: events.Map{{Key: "é", Value: "日本\n\t\"\\\x00\x1f\x7f\u2028/<>"}}},
+		{Key: "c", Value: []any{}},
+		{Key: "big", Value: events.BigInt("18446744073709551616")},
+		{Key: "u", Value: uint64(math.MaxUint64)},
+		{Key: "neg", Value: int64(math.MinInt64)},
+	}
+	want := "{\"b\": [1, \"x\", null, true, false, {}], \"a\": {\"é\": \"日本\\n\\t\\\"\\\\\\u0000\\u001f\x7f\u2028/<>\"}, \"c\": [], " +
+		"\"big\": 18446744073709551616, \"u\": 18446744073709551615, \"neg\": -9223372036854775808}"
+	if got, err := appendPyJSON(nil, m, 0); err != nil || string(got) != want {
+		t.Errorf("map:\n got %q %v\nwant %q", got, err, want)
+	}
+	keys := events.Map{{Key: int64(1), Value: int64(1)}, {Key: 1.5, Value: int64(2)}, {Key: nil, Value: int64(3)}, {Key: false, Value: int64(4)}}
+	if got, err := appendPyJSON(nil, keys, 0); err != nil || string(got) != `{"1": 1, "1.5": 2, "null": 3, "false": 4}` {
+		t.Errorf("keys: %q %v", got, err)
+	}
+	// What json.dumps refuses (SpecStar's SqliteMetaStore cannot store it
+	// either).
+	for _, v := range []any{sinktestutil.MustTime(t, "2024-01-01T00:00:00Z"), []byte("x"), events.Ext{Type: 1}, events.Struct{},
+		events.Map{{Key: []any{}, Value: int64(1)}}} {
+		if _, err := appendPyJSON(nil, events.Map{{Key: "k", Value: v}}, 0); err == nil {
+			t.Errorf("%T accepted", v)
+		}
+	}
+}
+
+// TestPyTimestamp: datetime.timestamp() as CPython computes it (naive
+// values read as UTC).
+func TestPyTimestamp(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"2024-09-09T09:09:28.843981Z", "1725872968.843981"},
+		{"2024-09-10T01:02:03.456789", "1725930123.456789"},
+		{"9999-12-31T23:59:59.999999Z", "253402300800.0"},
+		{"9999-12-31T23:59:59.999999", "253402300800.0"},
+		{"0001-01-01T00:00:00.000001Z", "-62135596800.0"},
+		{"1969-12-31T23:59:59.500000Z", "-0.5"},
+		{"2024-01-02T11:04:05.123456+08:00", "1704164645.123456"},
+		{"1901-01-01T00:00:00.000007", "-2177452799.999993"},
+	} {
+		want, _ := strconv.ParseFloat(c.want, 64)
+		if got := pyTimestamp(sinktestutil.MustTime(t, c.in)); got != want {
+			t.Errorf("%s: %v, want %v", c.in, got, want)
+		}
+	}
+}
+
+// TestSQLiteRevColumns: the contract's rev_* columns mirror the meta's
+// rev_* fields, NULL when UNSET; indexed_data is NULL when UNSET.
+func TestSQLiteRevColumns(t *testing.T) {
+	ctx := context.Background()
+	d := openDisk(t, t.TempDir(), Options{Encoding: events.Msgpack, SQLiteMeta: true})
+	m := sinktestutil.Meta(t, "issue:1", "2024-05-01T00:00:00Z", 1, "a")
+	m.RevStatus = events.Some("draft")
+	m.RevCreatedBy = events.Some("carol")
+	m.RevUpdatedBy = events.Some("dave")
+	m.RevCreatedTime = events.Some(sinktestutil.MustTime(t, "2024-09-09T09:09:28.843981Z"))
+	m.RevUpdatedTime = events.Some(sinktestutil.MustTime(t, "2024-09-10T01:02:03.456789"))
+	m.SchemaVersion = events.Some("v3")
+	m.IsDeleted = true
+	bare := sinktestutil.Meta(t, "issue:2", "2024-05-01T00:00:00Z", 1, "a")
+	bare.IndexedData = events.Opt[events.Value]{}
+	for _, x := range []*events.ResourceMeta{m, bare} {
+		if _, err := d.ApplyMeta(ctx, "issue", x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db := openRO(t, filepath.Join(d.Root(), "issue", "meta.db"))
+	var (
+		status, cb, ub, sv, indexed sql.NullString
+		ct, ut                      sql.NullFloat64
+		deleted                     int64
+	)
+	row := db.QueryRow(`SELECT rev_status, rev_created_by, rev_updated_by, rev_created_time, rev_updated_time, schema_version, is_deleted, indexed_data FROM resource_meta WHERE resource_id = 'issue:1'`)
+	if err := row.Scan(&status, &cb, &ub, &ct, &ut, &sv, &deleted, &indexed); err != nil {
+		t.Fatal(err)
+	}
+	if status.String != "draft" || cb.String != "carol" || ub.String != "dave" || ct.Float64 != 1725872968.843981 ||
+		ut.Float64 != 1725930123.456789 || sv.String != "v3" || deleted != 1 || indexed.String != `{"title": "t"}` {
+		t.Errorf("row: %v %v %v %v %v %v %v %v", status, cb, ub, ct, ut, sv, deleted, indexed)
+	}
+	row = db.QueryRow(`SELECT rev_status, rev_created_by, rev_updated_by, rev_created_time, rev_updated_time, schema_version, indexed_data FROM resource_meta WHERE resource_id = 'issue:2'`)
+	if err := row.Scan(&status, &cb, &ub, &ct, &ut, &sv, &indexed); err != nil {
+		t.Fatal(err)
+	}
+	if status.Valid || cb.Valid || ub.Valid || ct.Valid || ut.Valid || sv.Valid || indexed.Valid {
+		t.Errorf("UNSET/None fields not NULL: %v %v %v %v %v %v %v", status, cb, ub, ct, ut, sv, indexed)
+	}
+	// A datetime in indexed_data cannot be json.dumps'ed: refused for good.
+	bad := sinktestutil.Meta(t, "issue:3", "2024-05-01T00:00:00Z", 1, "a")
+	bad.IndexedData = events.Some[events.Value](events.Map{{Key: "due", Value: sinktestutil.MustTime(t, "2024-01-01T00:00:00Z")}})
+	if _, err := d.ApplyMeta(ctx, "issue", bad); !store.IsInvalid(err) {
+		t.Errorf("datetime in indexed_data: %v", err)
+	}
+}
+
+// TestSQLiteUpgradesReferenceFile: a meta.db SpecStar wrote (nine columns)
+// gains the rev_* columns and indexes as SpecStar's newer versions add
+// them, and keeps its rows.
+func TestSQLiteUpgradesReferenceFile(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	src := testfixtures.Read(t, "disk-layout", "sqlite-msgpack", "issue", "meta.db")
+	if err := os.MkdirAll(filepath.Join(root, "issue"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "issue", "meta.db"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := openDisk(t, root, Options{Encoding: events.Msgpack, SQLiteMeta: true})
+	recs := readArchive(t, "sqlite-msgpack")
+	for _, r := range recs {
+		if r.Meta == nil {
+			continue
+		}
+		if out, err := d.ApplyMeta(ctx, r.Model, r.Meta); err != nil || out != store.Unchanged {
+			t.Errorf("%s: %v %v", r.Meta.ResourceID, out, err)
+		}
+	}
+	db := openRO(t, filepath.Join(root, "issue", "meta.db"))
+	var tableSQL string
+	if err := db.QueryRow(`SELECT sql FROM sqlite_master WHERE name = 'resource_meta'`).Scan(&tableSQL); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(tableSQL, "-- JSON 格式的索引數據\n            , rev_status TEXT, rev_created_by TEXT, rev_updated_by TEXT, rev_created_time REAL, rev_updated_time REAL)") {
+		t.Errorf("table after upgrade: %q", tableSQL)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name LIKE 'idx_%'`).Scan(&n); err != nil || n != 10 {
+		t.Errorf("%d indexes, %v", n, err)
+	}
+	var metas []record
+	for _, r := range recs {
+		if r.Meta != nil {
+			metas = append(metas, r)
+		}
+	}
+	checkReadBack(t, d, metas)
+}
+
+func TestSQLiteURI(t *testing.T) {
+	got := sqliteURI("/a b/m?x#y%z:é/meta.db", nil)
+	if want := "file:/a%20b/m%3Fx%23y%25z%3A%C3%A9/meta.db?"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+	// A model name full of URI syntax still gets its own file.
+	ctx := context.Background()
+	d := openDisk(t, t.TempDir(), Options{SQLiteMeta: true})
+	if _, err := d.ApplyMeta(ctx, "we?ird#mo%del", sinktestutil.Meta(t, "x:1", "2024-05-01T00:00:00Z", 1, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(d.Root(), "we?ird#mo%del", "meta.db")); err != nil {
+		t.Error(err)
+	}
+	if _, err := d.Meta(ctx, "we?ird#mo%del", "x:1"); err != nil {
+		t.Error(err)
+	}
+}

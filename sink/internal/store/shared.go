@@ -1,0 +1,120 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/specstar/replicator/events"
+)
+
+// OptString is an optional string field of a record (schema versions),
+// named once for the many signatures that take one.
+type OptString = events.Opt[string]
+
+// On-duplicate strategies of SpecStar's archive restore (AutoCRUD.load),
+// shared by the backends that offer them (disk, postgres).
+const (
+	// DupNewer lets the newer meta win (the default).
+	DupNewer = ""
+	// DupOverwrite lets the last meta applied win.
+	DupOverwrite = "overwrite"
+	// DupSkip leaves an existing meta, and that resource's revisions, alone.
+	DupSkip = "skip"
+	// DupRaise refuses a meta when one is already stored.
+	DupRaise = "raise_error"
+)
+
+// ListPage is how many resource ids a listing reads at a time (SQLite and
+// Postgres pages, directory chunks).
+const ListPage = 1000
+
+// Supersedes reports whether revision info n (encoded nb) is newer than e
+// (encoded eb), for one uid or one index slot: the one replay rule every
+// resource store applies.
+func Supersedes(n *events.RevisionInfo, nb []byte, e *events.RevisionInfo, eb []byte) bool {
+	if !SameSchema(n.SchemaVersion, e.SchemaVersion) {
+		if e.ParentSchemaVersion.Present && SameSchema(e.ParentSchemaVersion, n.SchemaVersion) {
+			return false // e is the migration of n
+		}
+		if n.ParentSchemaVersion.Present && SameSchema(n.ParentSchemaVersion, e.SchemaVersion) {
+			return true // n is the migration of e
+		}
+	}
+	if c := n.UpdatedTime.Instant().Compare(e.UpdatedTime.Instant()); c != 0 {
+		return c > 0
+	}
+	return bytes.Compare(nb, eb) > 0
+}
+
+// SameSchema compares schema versions, None and UNSET alike.
+func SameSchema(a, b OptString) bool {
+	if !a.IsSet() || !b.IsSet() {
+		return !a.IsSet() && !b.IsSet()
+	}
+	return a.Value == b.Value
+}
+
+// CtxReader stops a long copy when its context ends.
+type CtxReader struct {
+	Ctx context.Context
+	R   io.Reader
+}
+
+// Read fails with the context's error once it has ended.
+func (c CtxReader) Read(p []byte) (int, error) {
+	if err := c.Ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.R.Read(p)
+}
+
+// KeyLocks serializes work on one key (a resource, a blob) without a
+// global lock. The zero value is ready to use.
+type KeyLocks struct {
+	mu sync.Mutex
+	m  map[string]*keyLock
+}
+
+type keyLock struct {
+	mu  sync.Mutex
+	ref int
+}
+
+// Lock takes the lock of key and returns what releases it.
+func (k *KeyLocks) Lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyLock{}
+	}
+	l := k.m[key]
+	if l == nil {
+		l = &keyLock{}
+		k.m[key] = l
+	}
+	l.ref++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		if l.ref--; l.ref == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// SplitList reads a comma-separated option value (models=a,b), dropping
+// empty items.
+func SplitList(v string) []string {
+	var out []string
+	for _, m := range strings.Split(v, ",") {
+		if m != "" {
+			out = append(out, m)
+		}
+	}
+	return out
+}

@@ -1,0 +1,64 @@
+// Package sink materializes SpecStar records (metas, revisions, blobs) into
+// SpecStar storage deployments, idempotently and independent of arrival
+// order, byte-identical to what SpecStar's own stores write.
+//
+// This root package is the one entry point: Parse reads a sink URL (or
+// ParseLayers a deployment) into a Spec, and Spec.Open opens it as a
+// Sink. The backends live in sink/disk, sink/postgres and sink/s3, the
+// deployment sink routing each layer to its own store in sink/layered.
+package sink
+
+import (
+	"context"
+	"io"
+	"iter"
+
+	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/sink/internal/store"
+)
+
+// Sink is what the replicator needs of a sink: apply each kind of record,
+// make what was applied durable, and release it.
+type Sink interface {
+	ApplyMeta(ctx context.Context, model string, meta *events.ResourceMeta) (Outcome, error)
+	ApplyRevision(ctx context.Context, model string, res *events.RawResource) (Outcome, error)
+	ApplyBlob(ctx context.Context, fileID string, size int64, contentType string, data io.Reader) (Outcome, error)
+	ApplyPurge(ctx context.Context, model, resourceID string, purgedAt events.Time) (Outcome, error)
+	Flush(ctx context.Context) error
+	Close() error
+}
+
+// Reader is a Sink that can be read back, so verify and reconcile can
+// compare it with a source point-wise.
+type Reader interface {
+	Meta(ctx context.Context, model, resourceID string) (*events.ResourceMeta, error)
+	Revision(ctx context.Context, model, resourceID, revisionID string, schemaVersion events.Opt[string]) (*events.RevisionInfo, []byte, error)
+	OpenBlob(ctx context.Context, fileID string) (*events.Binary, io.ReadCloser, error)
+}
+
+// Lister is a Sink that lists what it holds, in byte order, so reconcile
+// --prune can find resources only the sink holds.
+type Lister interface {
+	Models(ctx context.Context) ([]string, error)
+	ResourceIDs(ctx context.Context, model string) iter.Seq2[string, error]
+}
+
+// Outcome tells the caller what an Apply call did, so that replays and
+// out-of-order deliveries can be counted and acknowledged as no-ops.
+type Outcome = store.Outcome
+
+// The outcomes of an Apply call.
+const (
+	Written   = store.Written   // something was written
+	Unchanged = store.Unchanged // the sink already held exactly this record
+	Stale     = store.Stale     // the sink holds a newer version: nothing was written
+	Skipped   = store.Skipped   // on_duplicate=skip, or a layer the sink lacks, left it alone
+)
+
+// InvalidError is a permanent problem with a record: retrying it can never
+// succeed, so the caller sends it to the dead-letter queue instead.
+type InvalidError = store.InvalidError
+
+// IsInvalid reports whether err (or anything it wraps) is an *InvalidError,
+// so a caller can route permanent failures to the dead-letter queue.
+func IsInvalid(err error) bool { return store.IsInvalid(err) }
