@@ -40,7 +40,7 @@ import (
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/s3test"
 	"github.com/specstar/replicator/sink"
-	"github.com/specstar/replicator/source"
+	srcarchive "github.com/specstar/replicator/source/archive"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -258,7 +258,7 @@ func BenchmarkMirrorS3SinkPipeline(b *testing.B) {
 
 		start := time.Now()
 		pub := bus.NewPublisher(512)
-		_, err = source.ReplayArchive(ctx, f, acbak.Options{}, bus.Prefix(), bus.BlobBucket(), pub, nil)
+		_, err = srcarchive.Replay(ctx, f, acbak.Options{}, bus.Prefix(), bus.BlobBucket(), pub, nil)
 		if err == nil {
 			err = pub.Flush(ctx)
 		}

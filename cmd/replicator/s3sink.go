@@ -67,12 +67,3 @@ func (s *sinkSpec) openS3(ctx context.Context) (applier, error) {
 	}
 	return st, nil
 }
-
-// openS3Revisions opens an S3 resource store to read revisions from.
-func openS3Revisions(ctx context.Context, raw string) (*sink.S3, error) {
-	o, err := sink.ParseS3URL(raw)
-	if err != nil {
-		return nil, err
-	}
-	return sink.OpenS3(ctx, o)
-}

@@ -18,6 +18,7 @@ import (
 	"github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/source"
+	pgsource "github.com/specstar/replicator/source/postgres"
 )
 
 // sinkReader is what verify reads from a sink.
@@ -28,58 +29,12 @@ type sinkReader interface {
 }
 
 // sourceRecord is one record of the source of truth and where it is.
-type sourceRecord struct {
-	Model   string
-	Record  events.Record
-	Where   string // e.g. "frame 3 at offset 450"
-	Payload []byte // the record's exact bytes where the source has them (an archive frame); nil re-encodes
-}
+type sourceRecord = source.Record
 
 // recordSource yields the records a sink should hold. An archive is one;
 // the Postgres and S3 sources plug in here.
 type recordSource interface {
 	Records(ctx context.Context) iter.Seq2[sourceRecord, error]
-}
-
-// archiveSource reads an .acbak file.
-type archiveSource struct {
-	path  string
-	opts  acbak.Options
-	meter *progress.Meter
-}
-
-func (a *archiveSource) Records(ctx context.Context) iter.Seq2[sourceRecord, error] {
-	return func(yield func(sourceRecord, error) bool) {
-		f, err := os.Open(a.path)
-		if err != nil {
-			yield(sourceRecord{}, err)
-			return
-		}
-		defer f.Close()
-		opts := a.opts
-		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
-			opts.Size = st.Size()
-		}
-		r := acbak.NewReader(f, opts)
-		model := ""
-		for fr, err := range r.All() {
-			if err != nil {
-				yield(sourceRecord{}, err)
-				return
-			}
-			if a.meter != nil {
-				a.meter.Update(int64(r.Frames()), r.Offset())
-			}
-			switch rec := fr.Record.(type) {
-			case *events.ModelStartRecord:
-				model = rec.ModelName
-			case *events.MetaRecord, *events.RevisionRecord, *events.BlobRecord:
-				if !yield(sourceRecord{Model: model, Record: rec, Where: fmt.Sprintf("frame %d at offset %d", fr.Index, fr.Offset), Payload: fr.Payload}, nil) {
-					return
-				}
-			}
-		}
-	}
 }
 
 // holds says which kinds of record a sink keeps (a Postgres sink keeps no
@@ -95,9 +50,6 @@ func (s *sinkSpec) holds() holds {
 	}
 	return holds{revisions: true, blobs: true}
 }
-
-// errStop ends a Snapshot early when the consumer of the records stops.
-var errStop = errors.New("stop")
 
 // comparison counts what compareSink found.
 type comparison struct {
@@ -277,7 +229,7 @@ func openCompared(ctx context.Context, cmd string, a comparisonArgs, fs *flag.Fl
 			d = deployment.Deployment{Meta: a.source}
 			if deployment.Scheme(a.source) == "postgres" && a.sourceResources == "" {
 				d.Resources = a.source
-				if _, opts, err := source.ParsePostgresURL(a.source); err == nil && !opts.Revisions {
+				if _, opts, err := pgsource.ParseURL(a.source); err == nil && !opts.Revisions {
 					d.Resources = ""
 				}
 			}
@@ -316,9 +268,9 @@ func openCompared(ctx context.Context, cmd string, a comparisonArgs, fs *flag.Fl
 		size = st.Size()
 	}
 	c = &comparisonSetup{spec: spec, sink: snk, reader: reader, meter: progress.New(cmd+" "+spec.raw, size, log), from: a.archive}
-	c.src = &archiveSource{path: a.archive, opts: acbak.Options{Lenient: a.lenient}, meter: c.meter}
+	c.src = openSource(a.archive, acbak.Options{Lenient: a.lenient}, c.meter, live)
 	if live != nil {
-		c.src, c.from = &deploymentSource{dep: *live}, live.String()
+		c.from = live.String()
 	}
 	return c, exitOK
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/source"
+	"github.com/specstar/replicator/source/postgres"
 )
 
 // archiveExporter writes one snapshot of a deployment as an archive in
@@ -117,7 +118,7 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		fmt.Fprintln(stderr, "writer export: --from postgres://... is required")
 		return exitUsage
 	}
-	if _, _, err := source.ParsePostgresURL(*from); err != nil {
+	if _, _, err := postgres.ParseURL(*from); err != nil {
 		fmt.Fprintf(stderr, "writer export: %v\n", err)
 		return exitUsage
 	}
@@ -144,7 +145,7 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	n := int64(0)
 	err = e.w.Write(&events.HeaderRecord{Version: events.FormatVersion})
 	if err == nil {
-		_, err = src.Snapshot(ctx, source.Position{}, func(model string, rec events.Record, _ source.Position) error {
+		_, err = src.Snapshot(ctx, postgres.Position{}, func(model string, rec events.Record, _ postgres.Position) error {
 			n++
 			meter.Update(n, e.w.Offset())
 			return e.record(ctx, model, rec)

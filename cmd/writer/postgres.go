@@ -26,17 +26,18 @@ import (
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/source"
+	"github.com/specstar/replicator/source/postgres"
 	"github.com/specstar/replicator/stream"
 )
 
 // pgState is what a Postgres publisher keeps in the positions bucket.
 type pgState struct {
-	Snapshot     source.Position `json:"snapshot"`              // progress of the snapshot
-	SnapshotDone bool            `json:"snapshot_done"`         // the whole snapshot is on the stream
-	Cursor       *source.Cursor  `json:"cursor,omitempty"`      // where the tail continues
-	Updated      time.Time       `json:"updated,omitzero"`      // when this was saved
-	TxSnapshot   string          `json:"tx_snapshot,omitempty"` // the snapshot's pg_current_snapshot()
-	LSN          string          `json:"lsn,omitempty"`         // logical mode: everything up to here is on the stream
+	Snapshot     postgres.Position `json:"snapshot"`              // progress of the snapshot
+	SnapshotDone bool              `json:"snapshot_done"`         // the whole snapshot is on the stream
+	Cursor       *postgres.Cursor  `json:"cursor,omitempty"`      // where the tail continues
+	Updated      time.Time         `json:"updated,omitzero"`      // when this was saved
+	TxSnapshot   string            `json:"tx_snapshot,omitempty"` // the snapshot's pg_current_snapshot()
+	LSN          string            `json:"lsn,omitempty"`         // logical mode: everything up to here is on the stream
 }
 
 // tailMetrics are writer tail's Prometheus series.
@@ -64,8 +65,8 @@ func newTailMetrics() *tailMetrics {
 // pgPublisher couples a Postgres source with the stream and the stored
 // position of that source.
 type pgPublisher struct {
-	src    *source.PostgresSource // nil when publishing an S3 store alone
-	dep    *liveDeployment        // what src reads, closed with the publisher
+	src    *postgres.Source // nil when publishing an S3 store alone
+	dep    *liveDeployment  // what src reads, closed with the publisher
 	bus    *stream.Bus
 	pub    *stream.Publisher
 	kv     jetstream.KeyValue
@@ -200,7 +201,7 @@ func openPG(ctx context.Context, f *pgFlags, log *slog.Logger) (*pgPublisher, er
 		d.close()
 		return nil, err
 	}
-	h := xxh3.HashString128(source.PostgresID(d.dsn, d.opts)).Bytes()
+	h := xxh3.HashString128(postgres.ID(d.dsn, d.opts)).Bytes()
 	p := &pgPublisher{src: d.src, dep: d, bus: bus, pub: bus.NewPublisher(f.inflight), kv: kv, key: fmt.Sprintf("pg-%x", h[:8]),
 		log: log, sent: map[string]bool{}, blobs: d.blobs}
 	if e, err := kv.Get(ctx, p.key); err == nil {
@@ -264,12 +265,12 @@ func (p *pgPublisher) save(ctx context.Context) error {
 
 // snapshot publishes the deployment's current state, resuming a snapshot
 // that was interrupted.
-func (p *pgPublisher) snapshot(ctx context.Context) (source.SnapshotStats, error) {
+func (p *pgPublisher) snapshot(ctx context.Context) (postgres.SnapshotStats, error) {
 	if p.state.Snapshot.Model != "" {
 		p.log.Info("resuming the snapshot", "after_model", p.state.Snapshot.Model, "after_resource", p.state.Snapshot.ResourceID)
 	}
 	last := time.Now()
-	st, err := p.src.Snapshot(ctx, p.state.Snapshot, func(model string, rec events.Record, pos source.Position) error {
+	st, err := p.src.Snapshot(ctx, p.state.Snapshot, func(model string, rec events.Record, pos postgres.Position) error {
 		if err := p.publish(ctx, model, rec); err != nil {
 			return err
 		}
@@ -340,12 +341,12 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	var f pgFlags
 	f.register(fs)
 	mode := fs.String("mode", "auto", "how to follow changes: logical (replication slot, pgoutput), poll (keyset polling on updated_time), or auto (logical where the server allows it, else poll)")
-	interval := fs.Duration("interval", source.DefaultPollInterval, "poll mode: poll interval when nothing changed")
-	overlap := fs.Duration("overlap", source.DefaultPollOverlap, "poll mode: re-read window for commits that become visible late")
-	var lo source.LogicalOptions
-	fs.StringVar(&lo.Slot, "slot", source.DefaultLogicalSlot, "logical mode: replication slot name")
-	fs.StringVar(&lo.Publication, "publication", source.DefaultLogicalPublication, "logical mode: publication name")
-	fs.DurationVar(&lo.Heartbeat, "heartbeat", source.DefaultLogicalHeartbeat, "logical mode: status update interval, so an idle slot does not pin WAL")
+	interval := fs.Duration("interval", postgres.DefaultPollInterval, "poll mode: poll interval when nothing changed")
+	overlap := fs.Duration("overlap", postgres.DefaultPollOverlap, "poll mode: re-read window for commits that become visible late")
+	var lo postgres.LogicalOptions
+	fs.StringVar(&lo.Slot, "slot", postgres.DefaultLogicalSlot, "logical mode: replication slot name")
+	fs.StringVar(&lo.Publication, "publication", postgres.DefaultLogicalPublication, "logical mode: publication name")
+	fs.DurationVar(&lo.Heartbeat, "heartbeat", postgres.DefaultLogicalHeartbeat, "logical mode: status update interval, so an idle slot does not pin WAL")
 	dropSlot := fs.Bool("drop-slot", false, "drop the replication slot and publication (and forget the logical position), then exit")
 	listen := fs.String("listen", "127.0.0.1:9465", "address for /metrics, /healthz and /readyz (empty: off)")
 	fs.SetOutput(stderr)
@@ -368,9 +369,9 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 		return exitInvalid
 	}
 	defer p.close()
-	dsn, _, _ := source.ParsePostgresURL(f.from)
+	dsn, _, _ := postgres.ParseURL(f.from)
 	if *dropSlot {
-		if err := source.DropLogical(ctx, dsn, lo); err != nil {
+		if err := postgres.DropLogical(ctx, dsn, lo); err != nil {
 			fmt.Fprintf(stderr, "writer tail: %v\n", err)
 			return exitInvalid
 		}
@@ -477,7 +478,7 @@ func (p *pgPublisher) tailPoll(ctx context.Context, interval, overlap time.Durat
 	}
 	p.log.Info("following changes by polling", "interval", interval.String(), "overlap", overlap.String())
 	last := time.Now()
-	return p.src.Poll(ctx, *p.state.Cursor, interval, overlap, func(model string, rec events.Record, cur source.Cursor) error {
+	return p.src.Poll(ctx, *p.state.Cursor, interval, overlap, func(model string, rec events.Record, cur postgres.Cursor) error {
 		if err := p.publish(ctx, model, rec); err != nil {
 			return err
 		}
@@ -495,7 +496,7 @@ func (p *pgPublisher) tailPoll(ctx context.Context, interval, overlap time.Durat
 // needed, is read at the slot's exported snapshot, so nothing between the
 // two is missed; an LSN is confirmed to Postgres only once every event up
 // to it is acknowledged by JetStream, and stored for the next run.
-func (p *pgPublisher) tailLogical(ctx context.Context, dsn string, o source.LogicalOptions) error {
+func (p *pgPublisher) tailLogical(ctx context.Context, dsn string, o postgres.LogicalOptions) error {
 	start, err := p.src.SetupLogical(ctx, dsn, o)
 	if err != nil {
 		return err
@@ -508,7 +509,7 @@ func (p *pgPublisher) tailLogical(ctx context.Context, dsn string, o source.Logi
 		// miss what changed in between).
 		p.log.Info("created replication slot; publishing the snapshot it exported", "slot", start.Slot, "lsn", start.LSN.String())
 		p.state = pgState{}
-		st, err := p.src.SnapshotAt(ctx, start.SnapshotName, source.Position{}, func(model string, rec events.Record, pos source.Position) error {
+		st, err := p.src.SnapshotAt(ctx, start.SnapshotName, postgres.Position{}, func(model string, rec events.Record, pos postgres.Position) error {
 			return p.publish(ctx, model, rec)
 		})
 		start.Close()
@@ -539,7 +540,7 @@ func (p *pgPublisher) tailLogical(ctx context.Context, dsn string, o source.Logi
 	confirmed.Store(uint64(startLSN))
 	lastSave, lastLag := time.Now(), time.Time{}
 	p.log.Info("following changes by logical replication", "slot", o.Slot, "from_lsn", startLSN.String())
-	return p.src.StreamLogical(ctx, dsn, o, startLSN, source.LogicalHandler{
+	return p.src.StreamLogical(ctx, dsn, o, startLSN, postgres.LogicalHandler{
 		Record: func(model string, rec events.Record, _ pglogrepl.LSN) error {
 			return p.publish(ctx, model, rec)
 		},
@@ -562,7 +563,7 @@ func (p *pgPublisher) tailLogical(ctx context.Context, dsn string, o source.Logi
 			}
 			if time.Since(lastLag) > 15*time.Second {
 				lastLag = time.Now()
-				if lag, err := source.SlotLag(ctx, dsn, o); err == nil {
+				if lag, err := postgres.SlotLag(ctx, dsn, o); err == nil {
 					p.m.slotLag.Set(float64(lag))
 					p.log.Info("replication slot", "slot", o.Slot, "retained_wal_bytes", lag, "confirmed_lsn", lsn.String())
 				}

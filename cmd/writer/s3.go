@@ -21,7 +21,8 @@ import (
 	specdeploy "github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/sink"
-	"github.com/specstar/replicator/source"
+	"github.com/specstar/replicator/source/postgres"
+	"github.com/specstar/replicator/source/s3"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -57,7 +58,7 @@ func openResourceStore(ctx context.Context, raw string) (*sink.S3, error) {
 // (sink.S3).
 type s3BlobStore interface {
 	blobOpener
-	source.S3Blobs
+	s3.Blobs
 }
 
 // openBlobStore opens a blob store given as an s3:// URL or a
@@ -85,9 +86,9 @@ func openBlobStore(ctx context.Context, spec string) (blobs s3BlobStore, disk bl
 // Postgres, revisions from Postgres or from a resource store, and the
 // blob store, if one is known.
 type liveDeployment struct {
-	src     *source.PostgresSource
+	src     *postgres.Source
 	dsn     string
-	opts    source.PostgresOptions
+	opts    postgres.Options
 	blobs   blobOpener // nil: blobs are not read
 	closers []func()
 }
@@ -101,7 +102,7 @@ func openDeployment(ctx context.Context, from string, stores storeFlags) (*liveD
 	if from == "" {
 		return nil, errors.New("--from postgres://... is required")
 	}
-	dsn, opts, err := source.ParsePostgresURL(from)
+	dsn, opts, err := postgres.ParseURL(from)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +135,7 @@ func openDeployment(ctx context.Context, from string, stores storeFlags) (*liveD
 		}
 	}
 	d.opts = opts
-	if d.src, err = source.OpenPostgres(ctx, dsn, opts); err != nil {
+	if d.src, err = postgres.Open(ctx, dsn, opts); err != nil {
 		d.close()
 		return nil, err
 	}
@@ -162,7 +163,7 @@ func snapshotS3(ctx context.Context, f *pgFlags, stdout, stderr io.Writer, log *
 		return exitInvalid
 	}
 	defer store.Close()
-	var walker source.S3Blobs = store
+	var walker s3.Blobs = store
 	var opener blobOpener
 	if f.stores.blobs != "" {
 		s3b, disk, closeFn, err := openBlobStore(ctx, f.stores.blobs)
@@ -188,7 +189,7 @@ func snapshotS3(ctx context.Context, f *pgFlags, stdout, stderr io.Writer, log *
 	defer p.close()
 	start := time.Now()
 	p.meter = progress.New("snapshot "+store.String(), 0, log)
-	st, err := source.SnapshotS3(ctx, store, walker, nil, source.S3Handler{
+	st, err := s3.Snapshot(ctx, store, walker, nil, s3.Handler{
 		Record: func(model string, rec events.Record) error { return p.publish(ctx, model, rec) },
 		Blob: func(ctx context.Context, model string, b *events.Binary, open func(context.Context) (io.ReadCloser, error)) error {
 			r, err := open(ctx)
