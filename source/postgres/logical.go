@@ -766,3 +766,26 @@ func SlotLag(ctx context.Context, dsn string, o LogicalOptions) (int64, error) {
 	}
 	return lag, nil
 }
+
+// LogicalAvailable says whether the server can stream logical changes to
+// this user, and if not, why; it exists so a tail can choose between
+// logical replication and polling by itself.
+func LogicalAvailable(ctx context.Context, dsn string) (string, bool) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Sprintf("cannot check the server: %v", err), false
+	}
+	defer conn.Close(ctx)
+	var level string
+	var allowed bool
+	if err := conn.QueryRow(ctx, "SELECT current_setting('wal_level'), (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user)").Scan(&level, &allowed); err != nil {
+		return fmt.Sprintf("cannot check the server: %v", err), false
+	}
+	if level != "logical" {
+		return fmt.Sprintf("the server runs wal_level=%s, and logical replication needs wal_level=logical", level), false
+	}
+	if !allowed {
+		return "the user has no REPLICATION attribute", false
+	}
+	return "", true
+}
