@@ -12,7 +12,9 @@ import (
 	"github.com/specstar/replicator/events"
 )
 
-// Publisher is where events go (stream.Publisher in production).
+// Publisher is where Replay sends events (stream.Publisher in
+// production); declared here so the archive reader does not depend on the
+// stream.
 type Publisher interface {
 	Publish(ctx context.Context, env *events.Envelope) error
 	FitsInline(payloadLen int) bool
@@ -21,14 +23,14 @@ type Publisher interface {
 
 // Stats counts what a replay sent.
 type Stats struct {
-	Frames     int
-	Bytes      int64
-	Metas      int
-	Revisions  int
-	Blobs      int
-	LargeBlobs int // sent through the object store
-	Unknown    int
-	Warnings   []acbak.Warning
+	Frames     int             // frames read
+	Bytes      int64           // bytes read
+	Metas      int             // MetaRecords published
+	Revisions  int             // RevisionRecords published
+	Blobs      int             // BlobRecords read
+	LargeBlobs int             // of those, sent through the object store
+	Unknown    int             // records of unknown tags published unchanged
+	Warnings   []acbak.Warning // what a lenient reader let pass
 }
 
 // Replay publishes every record of an archive's model sections, in

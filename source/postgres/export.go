@@ -18,7 +18,10 @@ import (
 
 // ExportStats count what Export wrote.
 type ExportStats struct {
-	Models, Metas, Revisions, Blobs int
+	Models    int // model sections written
+	Metas     int // MetaRecords written
+	Revisions int // RevisionRecords written
+	Blobs     int // BlobRecords written
 	// Missing counts blobs a payload references that the blob store does
 	// not hold; they are left out (and logged).
 	Missing int

@@ -74,6 +74,7 @@ var logicalName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // the slot's start position and, for a new slot, the exported snapshot
 // that SnapshotAt reads, which lives only until Close.
 type LogicalStart struct {
+	// Slot is the replication slot's name.
 	Slot string
 	// LSN is where StreamLogical starts: a new slot's consistent point, or
 	// an existing slot's confirmed_flush_lsn.

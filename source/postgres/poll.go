@@ -42,7 +42,7 @@ type ModelCursor struct {
 
 // Seen is a meta row Poll (or the Snapshot) read within the overlap window.
 type Seen struct {
-	UpdatedTime time.Time `json:"t"`
+	UpdatedTime time.Time `json:"t"` // the row's updated_time
 	Hash        string    `json:"h"` // md5(data), hex
 }
 

@@ -1,7 +1,6 @@
-package postgres
-
-// Source reads what SpecStar's PostgresMetaStore and
-// PostgresResourceStore write (the tables sink.Postgres writes):
+// Package postgres reads a live SpecStar deployment whose metas are in
+// Postgres: what SpecStar's PostgresMetaStore and PostgresResourceStore
+// write (the tables sink.Postgres writes):
 //
 //	{prefix}{model}_meta      one row per resource, data = ResourceMeta in the deployment's encoding
 //	{prefix}resource_data     uid -> payload bytes and RevisionInfo (info)
@@ -9,7 +8,13 @@ package postgres
 //
 // and turns them into the DumpRecords of an archive: per resource its
 // MetaRecord (ResourceMeta re-encoded to msgpack) followed by one
-// RevisionRecord (RawResource{info, raw_data}, msgpack) per revision.
+// RevisionRecord (RawResource{info, raw_data}, msgpack) per revision
+// (or revisions listed from an S3 resource store). It offers a
+// resumable consistent Snapshot, a live tail by logical replication
+// (SetupLogical, StreamLogical) or by polling (Poll), its postgres:// URL
+// options (ParseURL), and, on top, DeploymentSource (the source.Source
+// verify and reconcile read), OpenDeployment and Export.
+package postgres
 
 import (
 	"context"

@@ -24,7 +24,7 @@ type S3Store struct {
 	closer func()
 }
 
-// S3Stats report what PublishS3 published.
+// S3Stats report what S3Store.Publish published.
 type S3Stats struct {
 	s3.Stats
 	// BlobsPublished counts every blob published: listed, or referenced

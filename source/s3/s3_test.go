@@ -226,7 +226,7 @@ func schemaDir(sv events.Opt[string]) string {
 	return "no_ver"
 }
 
-// TestSnapshotS3: the S3 store alone yields every revision of every model
+// TestSnapshotS3: Snapshot of the S3 store alone yields every revision of every model
 // and every blob once, each blob under the first model referencing it (an
 // unreferenced one under the first model, and counted).
 func TestSnapshot(t *testing.T) {
