@@ -8,28 +8,9 @@
 package compare
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"iter"
-
-	"github.com/specstar/replicator/events"
 )
-
-// Record is one record of the source of truth and where it is, as a
-// Source yields it.
-type Record struct {
-	Model   string
-	Record  events.Record
-	Where   string // for messages, e.g. "frame 3 at offset 450"
-	Payload []byte // the record's exact bytes where the source has them (an archive frame); nil re-encodes
-}
-
-// Source yields the records a sink should hold: an Archive, or a live
-// deployment's snapshot.
-type Source interface {
-	Records(ctx context.Context) iter.Seq2[Record, error]
-}
 
 // Scope says which kinds of record the sink does not keep (a Postgres
 // meta store keeps no blobs, and revisions only if configured to), so

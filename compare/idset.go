@@ -13,6 +13,7 @@ import (
 	_ "modernc.org/sqlite" // pure-Go SQLite driver "sqlite"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/source"
 )
 
 // idSetBatch is how many (model, resource_id) pairs idSet buffers before
@@ -183,7 +184,7 @@ func (s *SourceIndex) Close() error { return s.ids.Close() }
 // record adds the resource of a source meta or revision; a record that
 // does not decode names no resource and is skipped (Reconcile reports
 // it).
-func (s *SourceIndex) record(ctx context.Context, rr Record) error {
+func (s *SourceIndex) record(ctx context.Context, rr source.Record) error {
 	var (
 		rid     string
 		updated time.Time

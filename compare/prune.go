@@ -11,6 +11,7 @@ import (
 
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/sink"
+	"github.com/specstar/replicator/source"
 )
 
 // Prune is the second pass of `reconcile --prune`, for what only the sink
@@ -161,7 +162,7 @@ func (p *pruner) one(ctx context.Context, model, rid string) error {
 		return nil
 	}
 	rec := &events.PurgeRecord{ResourceID: rid, PurgedTime: meta.UpdatedTime}
-	if err := p.opts.Fix.Publish(ctx, Record{Model: model, Record: rec, Where: "prune"}); err != nil {
+	if err := p.opts.Fix.Publish(ctx, source.Record{Model: model, Record: rec, Where: "prune"}); err != nil {
 		return fmt.Errorf("model %q resource %q: purge: %w", model, rid, err)
 	}
 	writeLine(out, "%s: purge published", what)

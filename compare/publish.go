@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -30,7 +31,7 @@ func NewBusPublisher(bus *stream.Bus, maxInflight int, suffix string) *BusPublis
 
 // Publish sends one record; a blob too large to travel inline goes
 // through the stream's object store.
-func (b *BusPublisher) Publish(ctx context.Context, rr Record) error {
+func (b *BusPublisher) Publish(ctx context.Context, rr source.Record) error {
 	rec, payload := rr.Record, rr.Payload
 	if blob, ok := rec.(*events.BlobRecord); ok {
 		size := len(payload)

@@ -12,6 +12,7 @@ import (
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/sink"
+	"github.com/specstar/replicator/source"
 )
 
 // Reconcile compares a sink with its source of truth and repairs the sink
@@ -27,7 +28,7 @@ import (
 // Publisher sends the records Reconcile and Prune decide to publish; a
 // BusPublisher puts them on the event stream.
 type Publisher interface {
-	Publish(ctx context.Context, rec Record) error
+	Publish(ctx context.Context, rec source.Record) error
 }
 
 // ReconcileOptions tune Reconcile.
@@ -49,10 +50,10 @@ type ReconcileResult struct {
 // Reconcile compares every source record with the sink and publishes
 // each missing or older one through opts.Fix. The result counts what was
 // done even when it fails.
-func Reconcile(ctx context.Context, src Source, snk sink.Reader, opts ReconcileOptions) (*ReconcileResult, error) {
+func Reconcile(ctx context.Context, src source.Source, snk sink.Reader, opts ReconcileOptions) (*ReconcileResult, error) {
 	st := &ReconcileResult{}
 	fix := opts.Fix
-	diff := func(rr Record, repair bool, format string, args ...any) error {
+	diff := func(rr source.Record, repair bool, format string, args ...any) error {
 		st.Differences++
 		action := "left alone"
 		if repair {
@@ -116,13 +117,13 @@ func Reconcile(ctx context.Context, src Source, snk sink.Reader, opts ReconcileO
 	return st, nil
 }
 
-type diffFunc func(rr Record, repair bool, format string, args ...any) error
+type diffFunc func(rr source.Record, repair bool, format string, args ...any) error
 
 // reconcileMeta: a missing meta, or one older than the source's (earlier
 // updated_time, or fewer revisions at the same time), is published; a
 // newer one, or one that differs at equal time and count, is reported and
 // left alone (the sink keeps the newer meta anyway).
-func reconcileMeta(ctx context.Context, rr Record, rec *events.MetaRecord, snk sink.Reader, diff diffFunc) error {
+func reconcileMeta(ctx context.Context, rr source.Record, rec *events.MetaRecord, snk sink.Reader, diff diffFunc) error {
 	want, err := rec.Meta()
 	if err != nil {
 		return diff(rr, false, "source meta does not decode: %v", err)
@@ -174,7 +175,7 @@ func cmpInt(a, b int64) int {
 // reconcileRevision: a revision missing at (resource_id, revision_id,
 // schema_version), or whose data_hash, payload or info bytes differ, is
 // published (the sink's own rule decides which version stays).
-func reconcileRevision(ctx context.Context, rr Record, rec *events.RevisionRecord, snk sink.Reader, diff diffFunc) error {
+func reconcileRevision(ctx context.Context, rr source.Record, rec *events.RevisionRecord, snk sink.Reader, diff diffFunc) error {
 	want, err := rec.Resource()
 	if err != nil {
 		return diff(rr, false, "source revision does not decode: %v", err)
@@ -206,7 +207,7 @@ func reconcileRevision(ctx context.Context, rr Record, rec *events.RevisionRecor
 // reconcileBlob: a missing blob is published; a blob file whose bytes do
 // not hash to its file_id is reported and left alone (content-addressed
 // sinks keep the file they have: remove it, then reconcile again).
-func reconcileBlob(ctx context.Context, rr Record, rec *events.BlobRecord, snk sink.Reader, diff diffFunc) error {
+func reconcileBlob(ctx context.Context, rr source.Record, rec *events.BlobRecord, snk sink.Reader, diff diffFunc) error {
 	bin, r, err := snk.OpenBlob(ctx, rec.FileID)
 	if errors.Is(err, fs.ErrNotExist) {
 		return diff(rr, true, "blob %s missing from the sink", rec.FileID)

@@ -11,6 +11,7 @@ import (
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/sink"
+	"github.com/specstar/replicator/source"
 )
 
 // VerifyOptions tune Verify.
@@ -33,7 +34,7 @@ func (r *VerifyResult) Equal() bool { return r.Differences == 0 }
 // blobs byte for byte. It reads the source once, as a stream, and looks
 // each record up in the sink, so memory does not grow with either. The
 // result counts what was compared even when reading the source fails.
-func Verify(ctx context.Context, src Source, snk sink.Reader, opts VerifyOptions) (*VerifyResult, error) {
+func Verify(ctx context.Context, src source.Source, snk sink.Reader, opts VerifyOptions) (*VerifyResult, error) {
 	c := &VerifyResult{}
 	diff := func(where, format string, args ...any) {
 		c.Differences++

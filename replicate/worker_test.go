@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	srcarchive "github.com/specstar/replicator/source/archive"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/specstar/replicator/acbak"
@@ -18,7 +20,6 @@ import (
 	"github.com/specstar/replicator/sink/disk"
 	"github.com/specstar/replicator/sink/postgres"
 	"github.com/specstar/replicator/sink/s3"
-	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -50,7 +51,7 @@ func TestWorkerDrainsIntoDisk(t *testing.T) {
 	}
 	defer f.Close()
 	pub := bus.NewPublisher(64)
-	if _, err := source.ReplayArchive(ctx, f, acbak.Options{}, bus.Prefix(), bus.BlobBucket(), pub, nil); err != nil {
+	if _, err := srcarchive.Replay(ctx, f, acbak.Options{}, bus.Prefix(), bus.BlobBucket(), pub, nil); err != nil {
 		t.Fatalf("replay %s: %v", archive, err)
 	}
 	if err := pub.Flush(ctx); err != nil {
@@ -81,7 +82,7 @@ func TestWorkerDrainsIntoDisk(t *testing.T) {
 		t.Fatalf("stats %+v, want events applied and none dead-lettered", st)
 	}
 
-	res, err := compare.Verify(ctx, &compare.Archive{Path: archive}, d.(sink.Reader), compare.VerifyOptions{Out: testWriter{t}})
+	res, err := compare.Verify(ctx, &srcarchive.Source{Path: archive}, d.(sink.Reader), compare.VerifyOptions{Out: testWriter{t}})
 	if err != nil {
 		t.Fatal(err)
 	}

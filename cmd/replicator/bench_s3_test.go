@@ -41,7 +41,7 @@ import (
 	"github.com/specstar/replicator/internal/s3test"
 	"github.com/specstar/replicator/sink/disk"
 	s3sink "github.com/specstar/replicator/sink/s3"
-	"github.com/specstar/replicator/source"
+	srcarchive "github.com/specstar/replicator/source/archive"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -52,7 +52,7 @@ func benchS3URL(srv *s3test.Server, bucket, prefix string) string {
 }
 
 // benchS3Env puts the server's credentials into this process's
-// environment (for in-process commands and sink.OpenS3) for the rest of
+// environment (for in-process commands and s3sink.Open) for the rest of
 // the benchmark.
 func benchS3Env(b *testing.B, srv *s3test.Server) {
 	b.Helper()
@@ -62,7 +62,7 @@ func benchS3Env(b *testing.B, srv *s3test.Server) {
 	}
 }
 
-// benchS3RawClient is an SDK client built as sink.OpenS3 builds the
+// benchS3RawClient is an SDK client built as s3sink.Open builds the
 // sink's (32 idle connections per host, up to 10 attempts, no retry
 // quota), for the raw baseline.
 func benchS3RawClient(b *testing.B, srv *s3test.Server) *s3.Client {
@@ -259,7 +259,7 @@ func BenchmarkMirrorS3SinkPipeline(b *testing.B) {
 
 		start := time.Now()
 		pub := bus.NewPublisher(512)
-		_, err = source.ReplayArchive(ctx, f, acbak.Options{}, bus.Prefix(), bus.BlobBucket(), pub, nil)
+		_, err = srcarchive.Replay(ctx, f, acbak.Options{}, bus.Prefix(), bus.BlobBucket(), pub, nil)
 		if err == nil {
 			err = pub.Flush(ctx)
 		}

@@ -20,7 +20,7 @@ import (
 	"github.com/specstar/replicator/internal/testfixtures"
 	"github.com/specstar/replicator/internal/testsize"
 	"github.com/specstar/replicator/replicate"
-	"github.com/specstar/replicator/source"
+	srcarchive "github.com/specstar/replicator/source/archive"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -185,7 +185,7 @@ func backlogBus(b *testing.B, archive string) *stream.Bus {
 	}
 	defer f.Close()
 	pub := bus.NewPublisher(512)
-	if _, err := source.ReplayArchive(ctx, f, acbak.Options{}, bus.Prefix(), bus.BlobBucket(), pub, nil); err != nil {
+	if _, err := srcarchive.Replay(ctx, f, acbak.Options{}, bus.Prefix(), bus.BlobBucket(), pub, nil); err != nil {
 		b.Fatal(err)
 	}
 	if err := pub.Flush(ctx); err != nil {

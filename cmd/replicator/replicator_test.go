@@ -29,6 +29,7 @@ import (
 	"github.com/specstar/replicator/internal/testsize"
 	"github.com/specstar/replicator/replicate"
 	"github.com/specstar/replicator/source"
+	srcarchive "github.com/specstar/replicator/source/archive"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -72,7 +73,7 @@ func replay(t *testing.T, bus *stream.Bus, archive string) *stream.PublishStats 
 	}
 	defer f.Close()
 	pub := bus.NewPublisher(64)
-	if _, err := source.ReplayArchive(ctx, f, acbak.Options{}, bus.Prefix(), bus.BlobBucket(), pub, nil); err != nil {
+	if _, err := srcarchive.Replay(ctx, f, acbak.Options{}, bus.Prefix(), bus.BlobBucket(), pub, nil); err != nil {
 		t.Fatalf("replay %s: %v", archive, err)
 	}
 	if err := pub.Flush(ctx); err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/replicate"
 	"github.com/specstar/replicator/sink"
-	"github.com/specstar/replicator/source"
+	srcarchive "github.com/specstar/replicator/source/archive"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -170,7 +170,7 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	st, _ := f.Stat()
 	meter := progress.New("replay "+*from, st.Size(), log)
 	pub := bus.NewPublisher(512)
-	rs, err := source.ReplayArchive(ctx, f, acbak.Options{Size: st.Size(), Lenient: *lenient}, bus.Prefix(), bus.BlobBucket(), pub,
+	rs, err := srcarchive.Replay(ctx, f, acbak.Options{Size: st.Size(), Lenient: *lenient}, bus.Prefix(), bus.BlobBucket(), pub,
 		func(n int, off int64) { meter.Update(int64(n), off) })
 	if err == nil {
 		err = pub.Flush(ctx)

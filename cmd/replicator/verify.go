@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+
+	pgsource "github.com/specstar/replicator/source/postgres"
 
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/compare"
@@ -16,13 +17,6 @@ import (
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/source"
 )
-
-// sourceRecord is compare's record of the source of truth; the live
-// deployment source (deploysource.go) yields them.
-type sourceRecord = compare.Record
-
-// errStop ends a Snapshot early when the consumer of the records stops.
-var errStop = errors.New("stop")
 
 // scopeOf says which kinds of record the sink keeps (a Postgres sink keeps
 // no blobs, and revisions only if configured to).
@@ -90,7 +84,7 @@ func openCompared(ctx context.Context, cmd string, a comparisonArgs, fs *flag.Fl
 			d = deployment.Deployment{Meta: a.source}
 			if deployment.Scheme(a.source) == "postgres" && a.sourceResources == "" {
 				d.Resources = a.source
-				if _, opts, err := source.ParsePostgresURL(a.source); err == nil && !opts.Revisions {
+				if _, opts, err := pgsource.ParseURL(a.source); err == nil && !opts.Revisions {
 					d.Resources = ""
 				}
 			}
@@ -129,10 +123,9 @@ func openCompared(ctx context.Context, cmd string, a comparisonArgs, fs *flag.Fl
 		size = st.Size()
 	}
 	c = &comparisonSetup{spec: spec, sink: snk, reader: reader, meter: progress.New(cmd+" "+spec.Raw, size, log), from: a.archive}
-	c.src = &compare.Archive{Path: a.archive, Options: acbak.Options{Lenient: a.lenient},
-		Progress: func(frames int, off int64) { c.meter.Update(int64(frames), off) }}
+	c.src = openSource(a.archive, acbak.Options{Lenient: a.lenient}, c.meter, live)
 	if live != nil {
-		c.src, c.from = &deploymentSource{dep: *live}, live.String()
+		c.from = live.String()
 	}
 	return c, exitOK
 }
@@ -142,7 +135,7 @@ type comparisonSetup struct {
 	spec   *sink.Spec
 	sink   sink.Sink
 	reader sink.Reader
-	src    compare.Source
+	src    source.Source
 	from   string // the source, for messages
 	meter  *progress.Meter
 }

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/specstar/replicator/internal/progress"
-	"github.com/specstar/replicator/source"
+	"github.com/specstar/replicator/source/archive"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -45,7 +45,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	start := time.Now()
 	meter := progress.New("replay "+path, opts.Size, log)
 	pub := bus.NewPublisher(*inflight)
-	st, err := source.ReplayArchive(ctx, f, opts, bus.Prefix(), bus.BlobBucket(), pub, func(n int, off int64) { meter.Update(int64(n), off) })
+	st, err := archive.Replay(ctx, f, opts, bus.Prefix(), bus.BlobBucket(), pub, func(n int, off int64) { meter.Update(int64(n), off) })
 	if err == nil {
 		err = pub.Flush(ctx)
 	}

@@ -8,7 +8,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,12 +16,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/specstar/replicator/events"
 	specdeploy "github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/internal/progress"
-	disksink "github.com/specstar/replicator/sink/disk"
-	s3sink "github.com/specstar/replicator/sink/s3"
-	"github.com/specstar/replicator/source"
+	"github.com/specstar/replicator/source/publish"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -40,179 +36,32 @@ func (s *storeFlags) register(fs *flag.FlagSet) {
 		"directory (default: blobs= of the postgres URL, else the --resources store's blob_bucket/blob_prefix)")
 }
 
-func isS3URL(s string) bool { return strings.HasPrefix(s, "s3://") }
-
-// openResourceStore opens an s3:// resource store for reading.
-func openResourceStore(ctx context.Context, raw string) (*s3sink.Sink, error) {
-	if !isS3URL(raw) {
-		return nil, fmt.Errorf("resource store %q: want an s3:// URL", raw)
-	}
-	opts, err := s3sink.ParseURL(raw)
-	if err != nil {
-		return nil, err
-	}
-	return s3sink.Open(ctx, opts)
-}
-
-// s3BlobStore is a blob store that can be read blob by blob and listed
-// (s3sink.Sink).
-type s3BlobStore interface {
-	blobOpener
-	source.S3Blobs
-}
-
-// openBlobStore opens a blob store given as an s3:// URL or a
-// DiskBlobStore directory; closeFn releases it.
-func openBlobStore(ctx context.Context, spec string) (blobs s3BlobStore, disk blobOpener, closeFn func(), err error) {
-	if !isS3URL(spec) {
-		bs, err := disksink.OpenBlobStore(spec)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		return nil, bs, func() {}, nil
-	}
-	opts, err := s3sink.ParseBlobURL(spec)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	s, err := s3sink.Open(ctx, opts)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return s, nil, func() { s.Close() }, nil
-}
-
-// liveDeployment is a SpecStar deployment opened for reading: its metas in
-// Postgres, revisions from Postgres or from a resource store, and the
-// blob store, if one is known.
-type liveDeployment struct {
-	src     *source.PostgresSource
-	dsn     string
-	opts    source.PostgresOptions
-	blobs   blobOpener // nil: blobs are not read
-	closers []func()
-}
-
-// openDeployment opens the deployment whose metas are at from (a
-// postgres:// URL); stores, when given, override the URL's resources= and
-// blobs=. With a resource store and no blob store, blobs are read from
-// the resource store's blob bucket and prefix (the Postgres+S3 factory's
-// layout).
-func openDeployment(ctx context.Context, from string, stores storeFlags) (*liveDeployment, error) {
-	if from == "" {
-		return nil, errors.New("--from postgres://... is required")
-	}
-	dsn, opts, err := source.ParsePostgresURL(from)
-	if err != nil {
-		return nil, err
-	}
-	if stores.resources != "" {
-		opts.Resources = stores.resources
-	}
-	if stores.blobs != "" {
-		opts.Blobs = stores.blobs
-	}
-	d := &liveDeployment{dsn: dsn}
-	if opts.Resources != "" {
-		store, err := openResourceStore(ctx, opts.Resources)
-		if err != nil {
-			return nil, err
-		}
-		d.closers = append(d.closers, func() { store.Close() })
-		opts.Revisions, opts.RevisionsFrom = false, store
-		d.blobs = store
-	}
-	if opts.Blobs != "" {
-		s3b, disk, closeFn, err := openBlobStore(ctx, opts.Blobs)
-		if err != nil {
-			d.close()
-			return nil, err
-		}
-		d.closers = append(d.closers, closeFn)
-		d.blobs = disk
-		if s3b != nil {
-			d.blobs = s3b
-		}
-	}
-	d.opts = opts
-	if d.src, err = source.OpenPostgres(ctx, dsn, opts); err != nil {
-		d.close()
-		return nil, err
-	}
-	return d, nil
-}
-
-func (d *liveDeployment) close() {
-	if d.src != nil {
-		d.src.Close()
-	}
-	for _, c := range d.closers {
-		c()
-	}
-}
-
 // snapshotS3 is `writer snapshot --resources s3://...` without --from:
 // every revision of the S3 resource store and every blob of the blob
 // store published (no metas: they are in the Postgres that was not given).
-// It has no stored position: a second run publishes again, which the
-// stream's de-duplication and the sinks absorb.
 func snapshotS3(ctx context.Context, f *pgFlags, stdout, stderr io.Writer, log *slog.Logger) int {
-	store, err := openResourceStore(ctx, f.stores.resources)
+	store, err := publish.OpenS3(ctx, f.stores.resources, f.stores.blobs)
 	if err != nil {
 		fmt.Fprintf(stderr, "writer snapshot: %v\n", err)
 		return exitInvalid
 	}
 	defer store.Close()
-	var walker source.S3Blobs = store
-	var opener blobOpener
-	if f.stores.blobs != "" {
-		s3b, disk, closeFn, err := openBlobStore(ctx, f.stores.blobs)
-		if err != nil {
-			fmt.Fprintf(stderr, "writer snapshot: %v\n", err)
-			return exitInvalid
-		}
-		defer closeFn()
-		if s3b != nil {
-			walker = s3b
-		} else {
-			// A DiskBlobStore cannot be listed here: the blobs each
-			// revision references are published with it instead.
-			walker, opener = nil, disk
-		}
-	}
 	bus, err := stream.Open(ctx, f.cfg, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "writer snapshot: %v\n", err)
 		return exitInvalid
 	}
-	p := &pgPublisher{bus: bus, pub: bus.NewPublisher(f.inflight), log: log, sent: map[string]bool{}, blobs: opener}
-	defer p.close()
+	defer bus.Close()
 	start := time.Now()
-	p.meter = progress.New("snapshot "+store.String(), 0, log)
-	st, err := source.SnapshotS3(ctx, store, walker, nil, source.S3Handler{
-		Record: func(model string, rec events.Record) error { return p.publish(ctx, model, rec) },
-		Blob: func(ctx context.Context, model string, b *events.Binary, open func(context.Context) (io.ReadCloser, error)) error {
-			r, err := open(ctx)
-			if err != nil {
-				return fmt.Errorf("blob %s: %w", b.FileID.Value, err)
-			}
-			defer r.Close()
-			if err := p.publishBlobData(ctx, model, b.FileID.Value, b, r); err != nil {
-				return fmt.Errorf("blob %s: %w", b.FileID.Value, err)
-			}
-			return nil
-		},
-	})
-	if err == nil {
-		err = p.pub.Flush(ctx)
-	}
-	p.meter.Done()
+	meter := progress.New("snapshot "+store.String(), 0, log)
+	st, err := store.Publish(ctx, bus, f.inflight, log, meterHooks(&meter))
+	meter.Done()
 	if err != nil {
 		fmt.Fprintf(stderr, "writer snapshot: %s: %v\n", store, err)
 		return exitInvalid
 	}
 	fmt.Fprintf(stdout, "snapshot of %s in %s: models %v, %d revisions, %d blobs (%d referenced by no revision) published (%d already on the stream)\n",
-		store, time.Since(start).Round(time.Millisecond), st.Models, st.Revisions, st.Blobs+len(p.sent), st.UnreferencedBlobs, p.pub.Stats.Duplicates)
+		store, time.Since(start).Round(time.Millisecond), st.Models, st.Revisions, st.BlobsPublished, st.UnreferencedBlobs, st.Duplicates)
 	return exitOK
 }
 

@@ -3,7 +3,7 @@
 // resource_data / resource_index) row for row as SpecStar does, or, with
 // Options.S3, the Postgres+S3 factory's deployment (metas in Postgres,
 // revisions and blobs in S3, written with the AWS SDK directly), so that
-// readers of those stores (source.PostgresSource, the S3 readers) can be
+// readers of those stores (source/postgres.Source, the S3 readers) can be
 // tested without the Python library.
 package specstarpg
 

@@ -1,4 +1,4 @@
-package source
+package postgres
 
 import (
 	"context"
@@ -42,7 +42,7 @@ type ModelCursor struct {
 
 // Seen is a meta row Poll (or the Snapshot) read within the overlap window.
 type Seen struct {
-	UpdatedTime time.Time `json:"t"`
+	UpdatedTime time.Time `json:"t"` // the row's updated_time
 	Hash        string    `json:"h"` // md5(data), hex
 }
 
@@ -63,7 +63,7 @@ func (c Cursor) Clone() Cursor {
 
 // snapshotCursor is the Poll cursor of the snapshot tx reads: per model
 // the greatest updated_time and the rows within DefaultPollOverlap of it.
-func (s *PostgresSource) snapshotCursor(ctx context.Context, tx pgx.Tx, models []string) (Cursor, error) {
+func (s *Source) snapshotCursor(ctx context.Context, tx pgx.Tx, models []string) (Cursor, error) {
 	c := Cursor{Models: map[string]*ModelCursor{}}
 	for _, model := range models {
 		table, err := s.metaTable(model)
@@ -117,7 +117,7 @@ func (s *PostgresSource) snapshotCursor(ctx context.Context, tx pgx.Tx, models [
 // marshal it or Clone it there. Models are those of the options, or
 // discovered again at each poll; a model absent from the cursor is read
 // from its first row.
-func (s *PostgresSource) Poll(ctx context.Context, from Cursor, interval, overlap time.Duration, emit func(model string, rec events.Record, cur Cursor) error) error {
+func (s *Source) Poll(ctx context.Context, from Cursor, interval, overlap time.Duration, emit func(model string, rec events.Record, cur Cursor) error) error {
 	if interval <= 0 {
 		interval = DefaultPollInterval
 	}
@@ -153,7 +153,7 @@ func (s *PostgresSource) Poll(ctx context.Context, from Cursor, interval, overla
 
 // pollOnce polls every model once and returns how many resources it
 // emitted.
-func (s *PostgresSource) pollOnce(ctx context.Context, cur *Cursor, overlap time.Duration,
+func (s *Source) pollOnce(ctx context.Context, cur *Cursor, overlap time.Duration,
 	emit func(string, events.Record, Cursor) error) (int, error) {
 	models, err := s.models(ctx, s.pool)
 	if err != nil {
@@ -175,7 +175,7 @@ func (s *PostgresSource) pollOnce(ctx context.Context, cur *Cursor, overlap time
 	return total, nil
 }
 
-func (s *PostgresSource) pollModel(ctx context.Context, model string, cur *Cursor, mc *ModelCursor, overlap time.Duration,
+func (s *Source) pollModel(ctx context.Context, model string, cur *Cursor, mc *ModelCursor, overlap time.Duration,
 	emit func(string, events.Record, Cursor) error) (int, error) {
 	table, err := s.metaTable(model)
 	if err != nil {
@@ -222,7 +222,7 @@ type pollPageResult struct {
 // pollPage reads one page of the meta table in its own read-only
 // REPEATABLE READ transaction (so a meta and its revisions agree) and
 // emits the changed resources.
-func (s *PostgresSource) pollPage(ctx context.Context, model, table, q string, scanT time.Time, scanRID string, first bool,
+func (s *Source) pollPage(ctx context.Context, model, table, q string, scanT time.Time, scanRID string, first bool,
 	cur *Cursor, mc *ModelCursor, emit func(string, events.Record, Cursor) error) (pollPageResult, error) {
 	var res pollPageResult
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})

@@ -1,7 +1,6 @@
-package source
-
-// PostgresSource reads what SpecStar's PostgresMetaStore and
-// PostgresResourceStore write (the tables the sink/postgres Sink writes):
+// Package postgres reads a live SpecStar deployment whose metas are in
+// Postgres: what SpecStar's PostgresMetaStore and PostgresResourceStore
+// write (the tables pgsink.Sink writes):
 //
 //	{prefix}{model}_meta      one row per resource, data = ResourceMeta in the deployment's encoding
 //	{prefix}resource_data     uid -> payload bytes and RevisionInfo (info)
@@ -9,7 +8,13 @@ package source
 //
 // and turns them into the DumpRecords of an archive: per resource its
 // MetaRecord (ResourceMeta re-encoded to msgpack) followed by one
-// RevisionRecord (RawResource{info, raw_data}, msgpack) per revision.
+// RevisionRecord (RawResource{info, raw_data}, msgpack) per revision
+// (or revisions listed from an S3 resource store). It offers a
+// resumable consistent Snapshot, a live tail by logical replication
+// (SetupLogical, StreamLogical) or by polling (Poll), its postgres:// URL
+// options (ParseURL), and, on top, DeploymentSource (the source.Source
+// verify and reconcile read), OpenDeployment and Export.
+package postgres
 
 import (
 	"context"
@@ -26,18 +31,19 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	s3sink "github.com/specstar/replicator/sink/s3"
+
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/specstar/replicator/events"
-	s3sink "github.com/specstar/replicator/sink/s3"
 )
 
-// PostgresOptions choose the tables and encoding of the SpecStar Postgres
-// deployment a PostgresSource reads (the same meaning as
-// postgres.Options in sink/postgres, so one configuration describes both ends).
-type PostgresOptions struct {
+// Options choose the tables and encoding of the SpecStar Postgres
+// deployment a Source reads (the same meaning as
+// pgsink.Options, so one configuration describes both ends).
+type Options struct {
 	// Encoding of the meta data and info columns; UNSET (the zero value)
 	// means msgpack, what SpecStar's Postgres factories write.
 	Encoding events.Opt[events.Encoding]
@@ -79,7 +85,7 @@ type PostgresOptions struct {
 }
 
 // RevisionLister lists one resource's revisions in a resource store kept
-// outside Postgres (s3.Sink is one); it exists so the Postgres source can
+// outside Postgres (s3sink.Sink is one); it exists so the Postgres source can
 // read a Postgres+S3 deployment without opening S3 itself.
 type RevisionLister interface {
 	ResourceRevisions(ctx context.Context, model, rid string) iter.Seq2[*events.RawResource, error]
@@ -87,13 +93,13 @@ type RevisionLister interface {
 
 // RevisionIndex is a RevisionLister that can leave out the revisions
 // already published, told apart by their index object's key and ETag
-// (s3.Sink is one): a live source lists a resource on every change of it,
+// (s3sink.Sink is one): a live source lists a resource on every change of it,
 // and would otherwise re-read its whole history each time.
 type RevisionIndex interface {
 	ListRevisions(ctx context.Context, model, rid string, skip func(s3sink.ListedRevision) bool) iter.Seq2[s3sink.ListedRevision, error]
 }
 
-// maxKnownIndex bounds the index objects a PostgresSource remembers as
+// maxKnownIndex bounds the index objects a Source remembers as
 // published; past it the memory is cleared and revisions are read (and
 // published, harmlessly) again.
 const maxKnownIndex = 200_000
@@ -127,17 +133,17 @@ func (k *knownIndex) forget() {
 	k.etag = nil
 }
 
-// DefaultRevisionsWait is PostgresOptions.RevisionsWait when none is given:
+// DefaultRevisionsWait is Options.RevisionsWait when none is given:
 // long enough for the listings of eventually consistent S3 servers.
 const DefaultRevisionsWait = 10 * time.Second
 
-// PostgresSource reads a SpecStar Postgres deployment; it exists to
+// Source reads a SpecStar Postgres deployment; it exists to
 // replicate a live deployment (Snapshot, then Poll) rather than an archive.
 // It is safe for concurrent use.
-type PostgresSource struct {
+type Source struct {
 	known      knownIndex // revisions of RevisionsFrom already emitted
 	pool       *pgxpool.Pool
-	opts       PostgresOptions
+	opts       Options
 	enc        events.Encoding
 	tmpl       string
 	dataTable  string
@@ -148,7 +154,7 @@ type PostgresSource struct {
 // RevisionsFrom again, not only those not emitted before. A tail calls it
 // when it starts over from its stored position, since revisions emitted
 // after that position may never have reached the stream.
-func (s *PostgresSource) ForgetEmitted() { s.known.forget() }
+func (s *Source) ForgetEmitted() { s.known.forget() }
 
 // Position is where a Snapshot stands, JSON-serializable so that the
 // caller can store it durably and resume a Snapshot after a crash.
@@ -192,10 +198,10 @@ const pgNoneSchema = "__none__"
 // one page (and the revisions of one row at a time) is in memory.
 const snapshotPage = 256
 
-// OpenPostgres connects to dsn (a libpq URL or key=value string) and
-// checks the options; it is the one way to get a PostgresSource. Tables
+// Open connects to dsn (a libpq URL or key=value string) and
+// checks the options; it is the one way to get a Source. Tables
 // are looked up when read.
-func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*PostgresSource, error) {
+func Open(ctx context.Context, dsn string, opts Options) (*Source, error) {
 	enc := events.Msgpack
 	if opts.Encoding.Present {
 		if opts.Encoding.Null {
@@ -228,7 +234,7 @@ func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*Postg
 	if len(opts.Models) == 0 && !strings.Contains(tmpl, "{model}") {
 		return nil, fmt.Errorf("source: meta table template %q has no {model}: models cannot be discovered, list them", tmpl)
 	}
-	s := &PostgresSource{
+	s := &Source{
 		opts:       opts,
 		enc:        enc,
 		tmpl:       tmpl,
@@ -258,7 +264,7 @@ func OpenPostgres(ctx context.Context, dsn string, opts PostgresOptions) (*Postg
 }
 
 // Close closes the connection pool; the source cannot be used afterwards.
-func (s *PostgresSource) Close() { s.pool.Close() }
+func (s *Source) Close() { s.pool.Close() }
 
 func checkConfigName(what, s string) error {
 	for i := 0; i < len(s); i++ {
@@ -271,8 +277,8 @@ func checkConfigName(what, s string) error {
 }
 
 // metaTable returns a model's meta table name, validating the model name
-// as the sink/postgres Sink does (letters, digits, "_", "-").
-func (s *PostgresSource) metaTable(model string) (string, error) {
+// as pgsink.Sink does (letters, digits, "_", "-").
+func (s *Source) metaTable(model string) (string, error) {
 	if !validModel(model) {
 		return "", fmt.Errorf("source: model %q cannot be part of a meta table name (letters, digits, '_' and '-' can)", model)
 	}
@@ -299,8 +305,8 @@ func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
 
 // models returns the models to read, sorted and without duplicates:
 // opts.Models, or those discovered in the current schema (see
-// PostgresOptions.Models).
-func (s *PostgresSource) models(ctx context.Context, q pgxQuerier) ([]string, error) {
+// Options.Models).
+func (s *Source) models(ctx context.Context, q pgxQuerier) ([]string, error) {
 	if len(s.opts.Models) > 0 {
 		return slices.Compact(slices.Sorted(slices.Values(s.opts.Models))), nil
 	}
@@ -359,14 +365,14 @@ type metaRow struct {
 // resumed run reads a newer snapshot than the first; from.Cursor (taken by
 // the first run) keeps Poll starting early enough to cover the gap.
 // Errors from emit are returned as they are (wrapped).
-func (s *PostgresSource) Snapshot(ctx context.Context, from Position, emit func(model string, rec events.Record, pos Position) error) (SnapshotStats, error) {
+func (s *Source) Snapshot(ctx context.Context, from Position, emit func(model string, rec events.Record, pos Position) error) (SnapshotStats, error) {
 	return s.snapshot(ctx, "", from, emit)
 }
 
 // snapshot runs a snapshot in a REPEATABLE READ READ ONLY transaction:
 // a fresh one whose snapshot it exports (importName == ""), or the
 // exported snapshot importName (SnapshotAt).
-func (s *PostgresSource) snapshot(ctx context.Context, importName string, from Position, emit func(model string, rec events.Record, pos Position) error) (SnapshotStats, error) {
+func (s *Source) snapshot(ctx context.Context, importName string, from Position, emit func(model string, rec events.Record, pos Position) error) (SnapshotStats, error) {
 	var st SnapshotStats
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -429,7 +435,7 @@ func (s *PostgresSource) snapshot(ctx context.Context, importName string, from P
 
 // snapshotModel emits one model's resources after the resource id after
 // ("" = from the first), advancing pos.
-func (s *PostgresSource) snapshotModel(ctx context.Context, tx pgx.Tx, model, after string, pos *Position, st *SnapshotStats,
+func (s *Source) snapshotModel(ctx context.Context, tx pgx.Tx, model, after string, pos *Position, st *SnapshotStats,
 	emit func(string, events.Record, Position) error) error {
 	table, err := s.metaTable(model)
 	if err != nil {
@@ -487,7 +493,7 @@ func collectMetas(rows pgx.Rows) ([]metaRow, error) {
 // (with Revisions) its RevisionRecords, read in one streamed query; last
 // marks the final record of a resource. live (Poll, StreamLogical) lets a
 // RevisionIndex leave out the revisions already emitted.
-func (s *PostgresSource) emitResources(ctx context.Context, tx pgx.Tx, model, table string, page []metaRow, live bool,
+func (s *Source) emitResources(ctx context.Context, tx pgx.Tx, model, table string, page []metaRow, live bool,
 	emit func(rec events.Record, m *metaRow, last bool) error) error {
 	if len(page) == 0 {
 		return nil
@@ -605,7 +611,7 @@ func (s *PostgresSource) emitResources(ctx context.Context, tx pgx.Tx, model, ta
 // again), then the read fails naming the resource and the missing key.
 // When live, revisions already emitted by this source (same index key and
 // ETag) are not read again.
-func (s *PostgresSource) emitListed(ctx context.Context, model, table string, m *metaRow, meta *events.ResourceMeta,
+func (s *Source) emitListed(ctx context.Context, model, table string, m *metaRow, meta *events.ResourceMeta,
 	metaRec *events.MetaRecord, live bool, emit func(rec events.Record, m *metaRow, last bool) error) error {
 	var held events.Record = metaRec // held back one step, so the last record can be marked
 	done := map[string]bool{}        // (revision_id, schema_version) already emitted
@@ -677,7 +683,7 @@ func (s *PostgresSource) emitListed(ctx context.Context, model, table string, m 
 // out, when following changes (live) and where the store can tell, those
 // already emitted; a left-out current revision sets *knownCurrent (from
 // the store's listing goroutine). A snapshot emits everything.
-func (s *PostgresSource) listRevisions(ctx context.Context, model, rid string, meta *events.ResourceMeta, live bool, knownCurrent *atomic.Bool) iter.Seq2[s3sink.ListedRevision, error] {
+func (s *Source) listRevisions(ctx context.Context, model, rid string, meta *events.ResourceMeta, live bool, knownCurrent *atomic.Bool) iter.Seq2[s3sink.ListedRevision, error] {
 	idx, ok := s.opts.RevisionsFrom.(RevisionIndex)
 	if !ok {
 		return func(yield func(s3sink.ListedRevision, error) bool) {

@@ -1,4 +1,4 @@
-package source
+package postgres
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ import (
 type logicalEnv struct {
 	dsn string
 	w   *specstarpg.Writer
-	src *PostgresSource
+	src *Source
 	o   LogicalOptions
 }
 
@@ -41,7 +41,7 @@ func newLogicalEnv(t *testing.T) *logicalEnv {
 			t.Fatal(err)
 		}
 	}
-	src, err := OpenPostgres(ctx, dsn, PostgresOptions{TablePrefix: prefix, Revisions: true})
+	src, err := Open(ctx, dsn, Options{TablePrefix: prefix, Revisions: true})
 	if err != nil {
 		t.Fatal(err)
 	}

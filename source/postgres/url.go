@@ -1,4 +1,4 @@
-package source
+package postgres
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/redact"
+	"github.com/specstar/replicator/source/internal/base"
 )
 
 // postgresURLKeys are the query parameters of a postgres:// source URL
@@ -16,7 +16,7 @@ var postgresURLKeys = map[string]bool{
 	"resources": true,
 }
 
-// ParsePostgresURL splits a source URL such as
+// ParseURL splits a source URL such as
 // postgres://user@host/db?sslmode=disable&table_prefix=p_&revisions=false
 // into the driver's DSN and the source options. revisions defaults to
 // true (a Postgres resource store); set revisions=false for a deployment
@@ -25,13 +25,13 @@ var postgresURLKeys = map[string]bool{
 // caller opens it and sets RevisionsFrom. blobs= names the deployment's
 // blob store (a DiskBlobStore directory or an s3:// URL), whose blobs are
 // then published with the revisions that reference them.
-func ParsePostgresURL(raw string) (dsn string, opts PostgresOptions, err error) {
+func ParseURL(raw string) (dsn string, opts Options, err error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", opts, fmt.Errorf("source %q: %w", Redact(raw), err)
+		return "", opts, fmt.Errorf("source %q: %w", base.Redact(raw), err)
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
-		return "", opts, fmt.Errorf("source %q: want a postgres:// URL", Redact(raw))
+		return "", opts, fmt.Errorf("source %q: want a postgres:// URL", base.Redact(raw))
 	}
 	opts.Revisions = true
 	driver := url.Values{}
@@ -45,7 +45,7 @@ func ParsePostgresURL(raw string) (dsn string, opts PostgresOptions, err error) 
 		case "encoding":
 			e, err := events.ParseEncoding(v)
 			if err != nil {
-				return "", opts, fmt.Errorf("source %q: %w", Redact(raw), err)
+				return "", opts, fmt.Errorf("source %q: %w", base.Redact(raw), err)
 			}
 			opts.Encoding = events.Some(e)
 		case "meta_table":
@@ -73,12 +73,9 @@ func ParsePostgresURL(raw string) (dsn string, opts PostgresOptions, err error) 
 	return u.String(), opts, nil
 }
 
-// Redact hides a URL's password, for logs.
-func Redact(raw string) string { return redact.URL(raw) }
-
-// PostgresID names a Postgres source stably (host, database, tables and
+// ID names a Postgres source stably (host, database, tables and
 // models, never the password), to key its stored position.
-func PostgresID(dsn string, opts PostgresOptions) string {
+func ID(dsn string, opts Options) string {
 	u, err := url.Parse(dsn)
 	host := dsn
 	if err == nil {
@@ -88,7 +85,7 @@ func PostgresID(dsn string, opts PostgresOptions) string {
 	if opts.Resources != "" {
 		// A deployment read with its resource store is another source
 		// than its metas alone: its position is kept apart.
-		id += "|" + Redact(opts.Resources)
+		id += "|" + base.Redact(opts.Resources)
 	}
 	return id
 }

@@ -1,6 +1,7 @@
-// Package source turns what SpecStar stores (an .acbak archive now; a
-// Postgres, S3 or disk deployment later) into DumpRecord events.
-package source
+// Package archive reads an .acbak archive as a source: it yields the
+// archive's records for verify and reconcile (Source) and replays them
+// onto the event stream with their exact frame bytes (Replay).
+package archive
 
 import (
 	"context"
@@ -11,34 +12,36 @@ import (
 	"github.com/specstar/replicator/events"
 )
 
-// Publisher is where events go (stream.Publisher in production).
+// Publisher is where Replay sends events (stream.Publisher in
+// production); declared here so the archive reader does not depend on the
+// stream.
 type Publisher interface {
 	Publish(ctx context.Context, env *events.Envelope) error
 	FitsInline(payloadLen int) bool
 	PutBlob(ctx context.Context, fileID string, data []byte) error
 }
 
-// ReplayStats counts what a replay sent.
-type ReplayStats struct {
-	Frames     int
-	Bytes      int64
-	Metas      int
-	Revisions  int
-	Blobs      int
-	LargeBlobs int // sent through the object store
-	Unknown    int
-	Warnings   []acbak.Warning
+// Stats counts what a replay sent.
+type Stats struct {
+	Frames     int             // frames read
+	Bytes      int64           // bytes read
+	Metas      int             // MetaRecords published
+	Revisions  int             // RevisionRecords published
+	Blobs      int             // BlobRecords read
+	LargeBlobs int             // of those, sent through the object store
+	Unknown    int             // records of unknown tags published unchanged
+	Warnings   []acbak.Warning // what a lenient reader let pass
 }
 
-// ReplayArchive publishes every record of an archive's model sections, in
+// Replay publishes every record of an archive's model sections, in
 // order, as events whose payload is the record's exact frame bytes. Blobs
 // too large for one message go to the object store first and travel as a
 // BlobRefRecord. Header, ModelStart, ModelEnd and Eof frames carry no data
 // and are not published; records with unknown tags are, unchanged.
-func ReplayArchive(ctx context.Context, in io.Reader, opts acbak.Options, prefix, blobBucket string, pub Publisher, progress acbak.ProgressFunc) (*ReplayStats, error) {
+func Replay(ctx context.Context, in io.Reader, opts acbak.Options, prefix, blobBucket string, pub Publisher, progress acbak.ProgressFunc) (*Stats, error) {
 	opts.KeepUnknown = true
 	r := acbak.NewReader(in, opts)
-	st := &ReplayStats{}
+	st := &Stats{}
 	model := ""
 	for f, err := range r.All() {
 		if err != nil {

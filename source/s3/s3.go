@@ -1,8 +1,8 @@
-package source
-
-// A whole SpecStar S3 store (the resource stores of the Postgres+S3
-// factory, {model}/data/resources/..., and its blob store) read without
-// the metas: every revision of every model, then every blob.
+// Package s3 reads a whole SpecStar S3 store (the resource stores of the
+// Postgres+S3 factory, {model}/data/resources/..., and its blob store)
+// without the metas: every revision of every model, then every blob. It
+// exists to publish or back up such a store when its metas are not read.
+package s3
 
 import (
 	"context"
@@ -14,25 +14,25 @@ import (
 	"github.com/specstar/replicator/events"
 )
 
-// S3Revisions is the resource-store side SnapshotS3 reads (the sink/s3 Sink is
+// Revisions is the resource-store side Snapshot reads (s3sink.Sink is
 // one); declared here so the source does not depend on the S3 code.
-type S3Revisions interface {
+type Revisions interface {
 	// Models lists the models that have a resource store.
 	Models(ctx context.Context) ([]string, error)
 	// WalkRevisions calls fn with every revision of a model.
 	WalkRevisions(ctx context.Context, model string, fn func(*events.RawResource) error) error
 }
 
-// S3Blobs is the blob-store side SnapshotS3 reads (the sink/s3 Sink is one).
-type S3Blobs interface {
+// Blobs is the blob-store side Snapshot reads (s3sink.Sink is one).
+type Blobs interface {
 	// WalkBlobs calls fn with every blob's Binary (no data) and a way to
 	// stream its bytes.
 	WalkBlobs(ctx context.Context, fn func(b *events.Binary, open func(context.Context) (io.ReadCloser, error)) error) error
 }
 
-// S3Handler receives what SnapshotS3 reads; it exists so the caller (the
+// Handler receives what Snapshot reads; it exists so the caller (the
 // publisher) decides how a blob travels (inline or streamed).
-type S3Handler struct {
+type Handler struct {
 	// Record receives each RevisionRecord (RawResource, msgpack).
 	Record func(model string, rec events.Record) error
 	// Blob receives each blob with the model whose payloads reference it
@@ -40,11 +40,11 @@ type S3Handler struct {
 	// streams its bytes. Nil: blobs are not read.
 	Blob func(ctx context.Context, model string, b *events.Binary, open func(context.Context) (io.ReadCloser, error)) error
 	// Progress (may be nil) is called after each record and blob.
-	Progress func(S3Stats)
+	Progress func(Stats)
 }
 
-// S3Stats report what SnapshotS3 read.
-type S3Stats struct {
+// Stats report what Snapshot read.
+type Stats struct {
 	Models            []string // the models read, in order
 	Revisions         int      // RevisionRecords emitted
 	Blobs             int      // blobs handed to Blob
@@ -52,7 +52,7 @@ type S3Stats struct {
 	UnreferencedBlobs int      // blobs no revision read references
 }
 
-// SnapshotS3 emits every revision of the given models (all models of the
+// Snapshot emits every revision of the given models (all models of the
 // store when none are given), model by model in name order, then every
 // blob of blobs (nil: none). It exists to publish a Postgres+S3
 // deployment's resource and blob stores when its metas are not read, or
@@ -61,8 +61,8 @@ type S3Stats struct {
 // (subjects and archives are per model); remembering that costs about 40
 // bytes per referenced blob, never the blob. Blob bytes are never read
 // here: Blob streams them as it sees fit.
-func SnapshotS3(ctx context.Context, revs S3Revisions, blobs S3Blobs, models []string, h S3Handler) (S3Stats, error) {
-	var st S3Stats
+func Snapshot(ctx context.Context, revs Revisions, blobs Blobs, models []string, h Handler) (Stats, error) {
+	var st Stats
 	if h.Record == nil {
 		return st, fmt.Errorf("source: s3 snapshot: a Record handler is required")
 	}

@@ -1,4 +1,4 @@
-package source
+package postgres
 
 // Logical replication: the live mode for servers with wal_level=logical.
 // A publication on the meta tables (and, with Revisions, the resource
@@ -74,6 +74,7 @@ var logicalName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // the slot's start position and, for a new slot, the exported snapshot
 // that SnapshotAt reads, which lives only until Close.
 type LogicalStart struct {
+	// Slot is the replication slot's name.
 	Slot string
 	// LSN is where StreamLogical starts: a new slot's consistent point, or
 	// an existing slot's confirmed_flush_lsn.
@@ -104,7 +105,7 @@ func (l *LogicalStart) Close() error {
 
 // logicalTables are the tables published: every model's meta table and,
 // with Revisions, resource_index and resource_data.
-func (s *PostgresSource) logicalTables(ctx context.Context) ([]string, error) {
+func (s *Source) logicalTables(ctx context.Context) ([]string, error) {
 	models, err := s.models(ctx, s.pool)
 	if err != nil {
 		return nil, err
@@ -139,7 +140,7 @@ func (s *PostgresSource) logicalTables(ctx context.Context) ([]string, error) {
 // position, so the stream re-emits some changes, which the sinks absorb).
 // Models created later are not in the publication until SetupLogical runs
 // again.
-func (s *PostgresSource) SetupLogical(ctx context.Context, dsn string, o LogicalOptions) (*LogicalStart, error) {
+func (s *Source) SetupLogical(ctx context.Context, dsn string, o LogicalOptions) (*LogicalStart, error) {
 	o, err := o.withDefaults()
 	if err != nil {
 		return nil, err
@@ -235,7 +236,7 @@ func replicationConn(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
 // resumed snapshot (from not the start) cannot re-read the exported
 // snapshot once it is gone: resume with Snapshot instead (see
 // SetupLogical).
-func (s *PostgresSource) SnapshotAt(ctx context.Context, snapshotName string, from Position, emit func(model string, rec events.Record, pos Position) error) (SnapshotStats, error) {
+func (s *Source) SnapshotAt(ctx context.Context, snapshotName string, from Position, emit func(model string, rec events.Record, pos Position) error) (SnapshotStats, error) {
 	return s.snapshot(ctx, snapshotName, from, emit)
 }
 
@@ -272,13 +273,13 @@ type LogicalHandler struct {
 // those at the commit; none if the resource was deleted since), or, with
 // RevisionsFrom, listed from that store after the commit (SpecStar wrote
 // them before the meta; a lagging listing is waited for, see
-// PostgresOptions.RevisionsWait). Resources
+// Options.RevisionsWait). Resources
 // whose resource_index / resource_data rows changed without their meta
 // are read back whole. Each meta row deleted gives a Purge. Standby status updates report
 // h.Confirmed() (never less than startLSN) at least every Heartbeat and
 // soon after it changes. The replication connection is blocked while a
 // transaction's records are read and handed over.
-func (s *PostgresSource) StreamLogical(ctx context.Context, dsn string, o LogicalOptions, startLSN pglogrepl.LSN, h LogicalHandler) error {
+func (s *Source) StreamLogical(ctx context.Context, dsn string, o LogicalOptions, startLSN pglogrepl.LSN, h LogicalHandler) error {
 	o, err := o.withDefaults()
 	if err != nil {
 		return err
@@ -413,7 +414,7 @@ type changeKey struct{ model, rid string }
 
 // logicalStream is the decoding state of one StreamLogical.
 type logicalStream struct {
-	s    *PostgresSource
+	s    *Source
 	h    LogicalHandler
 	rels map[uint32]*logicalRel
 	last pglogrepl.LSN // the end of the last transaction (or position) handed to Commit
@@ -454,7 +455,7 @@ func (st *logicalStream) relation(m *pglogrepl.RelationMessage) {
 }
 
 // modelOfTable is the model whose meta table is name, if any.
-func (s *PostgresSource) modelOfTable(name string) (string, bool) {
+func (s *Source) modelOfTable(name string) (string, bool) {
 	before, after, ok := strings.Cut(s.tmpl, "{model}")
 	if !ok {
 		for _, m := range s.opts.Models {
@@ -580,7 +581,7 @@ const visibleWait = 10 * time.Second
 // COMMIT a moment before the transaction is visible to other sessions,
 // and the revisions are read by query: without the wait, a busy server
 // lets the newest revision of a resource slip past.
-func (s *PostgresSource) waitVisible(ctx context.Context, uids []string) error {
+func (s *Source) waitVisible(ctx context.Context, uids []string) error {
 	if len(uids) == 0 {
 		return nil
 	}
@@ -765,4 +766,27 @@ func SlotLag(ctx context.Context, dsn string, o LogicalOptions) (int64, error) {
 		return 0, fmt.Errorf("source: slot lag: %w", err)
 	}
 	return lag, nil
+}
+
+// LogicalAvailable says whether the server can stream logical changes to
+// this user, and if not, why; it exists so a tail can choose between
+// logical replication and polling by itself.
+func LogicalAvailable(ctx context.Context, dsn string) (string, bool) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Sprintf("cannot check the server: %v", err), false
+	}
+	defer conn.Close(ctx)
+	var level string
+	var allowed bool
+	if err := conn.QueryRow(ctx, "SELECT current_setting('wal_level'), (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user)").Scan(&level, &allowed); err != nil {
+		return fmt.Sprintf("cannot check the server: %v", err), false
+	}
+	if level != "logical" {
+		return fmt.Sprintf("the server runs wal_level=%s, and logical replication needs wal_level=logical", level), false
+	}
+	if !allowed {
+		return "the user has no REPLICATION attribute", false
+	}
+	return "", true
 }

@@ -1,4 +1,4 @@
-package source
+package postgres
 
 import (
 	"bytes"
@@ -65,9 +65,9 @@ func newS3Env(t *testing.T) *s3Env {
 }
 
 // source opens the Postgres source reading revisions from the S3 store.
-func (e *s3Env) source(t *testing.T, wait time.Duration) *PostgresSource {
+func (e *s3Env) source(t *testing.T, wait time.Duration) *Source {
 	t.Helper()
-	return openSource(t, prefixOf(e.w), PostgresOptions{RevisionsFrom: e.store, RevisionsWait: wait, Resources: "s3://deploy"})
+	return openSource(t, prefixOf(e.w), Options{RevisionsFrom: e.store, RevisionsWait: wait, Resources: "s3://deploy"})
 }
 
 // withBlobs adds model "report" to d: two resources whose payloads reference
@@ -372,87 +372,4 @@ func TestPostgresS3Poll(t *testing.T) {
 		got[i].pos = Position{Model: "issue", ResourceID: "issue:002"} // Poll reports a cursor, not a position
 	}
 	checkListed(t, got, changed)
-}
-
-// TestSnapshotS3: the S3 store alone yields every revision of every model
-// and every blob once, each blob under the first model referencing it (an
-// unreferenced one under the first model, and counted).
-func TestSnapshotS3(t *testing.T) {
-	ctx := context.Background()
-	e := newS3Env(t)
-	want := populate(t, e.w)
-	blobs := withBlobs(t, e.w, want)
-	orphan, err := e.w.PutBlobBytes(ctx, []byte("nobody references me"), "text/plain")
-	if err != nil {
-		t.Fatal(err)
-	}
-	blobs[orphan.FileID] = []byte("nobody references me")
-
-	revs := map[string]map[string][]byte{} // model -> triple -> record bytes
-	blobModel := map[string]string{}
-	var progressed int
-	st, err := SnapshotS3(ctx, e.store, e.store, nil, S3Handler{
-		Record: func(model string, rec events.Record) error {
-			rr := rec.(*events.RevisionRecord)
-			res, err := rr.Resource()
-			if err != nil {
-				return err
-			}
-			if revs[model] == nil {
-				revs[model] = map[string][]byte{}
-			}
-			if _, dup := revs[model][revKey(&res.Info)]; dup {
-				t.Errorf("%s revision %s emitted twice", model, revKey(&res.Info))
-			}
-			revs[model][revKey(&res.Info)] = rr.Data
-			return nil
-		},
-		Blob: func(ctx context.Context, model string, b *events.Binary, open func(context.Context) (io.ReadCloser, error)) error {
-			r, err := open(ctx)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			got, err := io.ReadAll(r)
-			if err != nil {
-				return err
-			}
-			if !bytes.Equal(got, blobs[b.FileID.Value]) {
-				t.Errorf("blob %s: bytes differ", b.FileID.Value)
-			}
-			blobModel[b.FileID.Value] = model
-			return nil
-		},
-		Progress: func(S3Stats) { progressed++ },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(st.Models) != "[issue report user]" || st.Revisions != 21 || st.Blobs != 4 || st.UnreferencedBlobs != 1 || progressed != 25 {
-		t.Errorf("stats %+v (progress called %d times)", st, progressed)
-	}
-	for m, rs := range want {
-		n := 0
-		for _, r := range rs {
-			for _, rev := range r.revs {
-				n++
-				b, ok := revs[m][revKey(rev.Info)]
-				if !ok || !bytes.Equal(b, msgpackOf(t, &events.RawResource{Info: *rev.Info, RawData: rev.Data})) {
-					t.Errorf("%s revision %s: missing or different", m, revKey(rev.Info))
-				}
-			}
-		}
-		if len(revs[m]) != n {
-			t.Errorf("model %s: %d revisions emitted, want %d", m, len(revs[m]), n)
-		}
-	}
-	for id := range blobs {
-		want := "report" // the only model referencing blobs
-		if id == orphan.FileID {
-			want = "issue" // the first model
-		}
-		if blobModel[id] != want {
-			t.Errorf("blob %s published under model %q, want %s", id, blobModel[id], want)
-		}
-	}
 }

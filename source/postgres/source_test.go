@@ -1,4 +1,4 @@
-package source
+package postgres
 
 import (
 	"bytes"
@@ -56,10 +56,10 @@ func openWriter(t *testing.T) *specstarpg.Writer {
 	return w
 }
 
-func openSource(t *testing.T, prefix string, opts PostgresOptions) *PostgresSource {
+func openSource(t *testing.T, prefix string, opts Options) *Source {
 	t.Helper()
 	opts.TablePrefix = prefix
-	s, err := OpenPostgres(context.Background(), pgTestDSN(), opts)
+	s, err := Open(context.Background(), pgTestDSN(), opts)
 	if err != nil {
 		t.Fatalf("cannot open the Postgres source at %s (set PG_DSN to a reachable server): %v", pgTestDSN(), err)
 	}
@@ -158,7 +158,7 @@ type emitted struct {
 	pos   Position
 }
 
-func snapshotAll(t *testing.T, s *PostgresSource, from Position) ([]emitted, SnapshotStats) {
+func snapshotAll(t *testing.T, s *Source, from Position) ([]emitted, SnapshotStats) {
 	t.Helper()
 	var out []emitted
 	st, err := s.Snapshot(context.Background(), from, func(model string, rec events.Record, pos Position) error {
@@ -245,7 +245,7 @@ func TestPostgresSnapshot(t *testing.T) {
 	ctx := context.Background()
 	w := openWriter(t)
 	want := populate(t, w)
-	src := openSource(t, prefixOf(w), PostgresOptions{Revisions: true})
+	src := openSource(t, prefixOf(w), Options{Revisions: true})
 	recs, st := snapshotAll(t, src, Position{})
 	checkRecords(t, recs, want)
 	if st.Metas != 7 || st.Revisions != 18 || len(st.Models) != 2 || st.SnapshotID == "" || st.TxSnapshot == "" {
@@ -317,7 +317,7 @@ func TestPostgresSnapshot(t *testing.T) {
 	}
 
 	// Metas only, when the revisions live elsewhere.
-	metasOnly := openSource(t, prefixOf(w), PostgresOptions{Models: []string{"user"}})
+	metasOnly := openSource(t, prefixOf(w), Options{Models: []string{"user"}})
 	recs, _ = snapshotAll(t, metasOnly, Position{})
 	if len(recs) != 3 {
 		t.Fatalf("metas-only snapshot of user: %d records, want 3", len(recs))
@@ -335,7 +335,7 @@ func TestPostgresSnapshotConsistent(t *testing.T) {
 	ctx := context.Background()
 	w := openWriter(t)
 	want := populate(t, w)
-	src := openSource(t, prefixOf(w), PostgresOptions{Revisions: true})
+	src := openSource(t, prefixOf(w), Options{Revisions: true})
 	issueRecords := 4 * (1 + 3)
 	blocked, release := make(chan struct{}), make(chan struct{})
 	var recs []emitted
@@ -400,7 +400,7 @@ func TestPostgresSnapshotResume(t *testing.T) {
 	ctx := context.Background()
 	w := openWriter(t)
 	populate(t, w)
-	src := openSource(t, prefixOf(w), PostgresOptions{Revisions: true})
+	src := openSource(t, prefixOf(w), Options{Revisions: true})
 	full, fullStats := snapshotAll(t, src, Position{})
 	recKey := func(e emitted) string {
 		b, err := e.rec.Encode(events.Msgpack)
@@ -480,7 +480,7 @@ type pollRec struct {
 
 // startPoll runs Poll in a goroutine; stop cancels it and returns its
 // error.
-func startPoll(t *testing.T, src *PostgresSource, from Cursor) (<-chan pollRec, func() error) {
+func startPoll(t *testing.T, src *Source, from Cursor) (<-chan pollRec, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out := make(chan pollRec, 1000)
@@ -582,7 +582,7 @@ func TestPostgresPoll(t *testing.T) {
 	ctx := context.Background()
 	w := openWriter(t)
 	d := populate(t, w)
-	src := openSource(t, prefixOf(w), PostgresOptions{Revisions: true})
+	src := openSource(t, prefixOf(w), Options{Revisions: true})
 	_, st := snapshotAll(t, src, Position{})
 
 	ch, stop := startPoll(t, src, st.Cursor)

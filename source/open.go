@@ -1,0 +1,106 @@
+package source
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/specstar/replicator/acbak"
+	"github.com/specstar/replicator/source/archive"
+	"github.com/specstar/replicator/source/postgres"
+	"github.com/specstar/replicator/source/s3"
+)
+
+// Spec names a source and what Open needs to read it; it exists so that a
+// command's flags (or a deployment of a configuration file) become a
+// source in one call.
+type Spec struct {
+	// From is the source: an .acbak archive (a path, or a file:// URL),
+	// a deployment's Postgres meta store (postgres://...) or an S3
+	// resource store (s3://...).
+	From string
+	// Name names the source in errors ("" = From, password hidden).
+	Name string
+	// Resources is the resource store when not in From: for a postgres://
+	// From, From itself (revisions read from Postgres), another Postgres
+	// (not read), an s3:// URL, or "" (From's revisions= option decides).
+	Resources string
+	// Blobs is the blob store: for a postgres:// From, its presence makes
+	// the source yield a BlobRefRecord per blob a payload references; for
+	// an s3:// From, the s3:// blob store listed.
+	Blobs string
+	// Archive are the reader options of an archive (Size is set from the
+	// file).
+	Archive acbak.Options
+	// Progress (may be nil) is called, while reading an archive, with the
+	// frames and bytes read so far.
+	Progress func(frames int, offset int64)
+}
+
+// opener opens one kind of source from a Spec.
+type opener func(Spec) (Source, error)
+
+// backend is the fixed table of source kinds by URL scheme: the one place
+// that knows which package reads which URL.
+func backend(scheme string) (opener, bool) {
+	switch scheme {
+	case "file":
+		return openArchive, true
+	case "postgres", "postgresql":
+		return openPostgres, true
+	case "s3":
+		return openS3, true
+	}
+	return nil, false
+}
+
+// Scheme is the kind of URL a source is given as: its scheme, or "file"
+// for a plain path.
+func Scheme(raw string) string {
+	if strings.HasPrefix(raw, "disk:") {
+		return "disk"
+	}
+	scheme, _, ok := strings.Cut(raw, "://")
+	if !ok {
+		return "file"
+	}
+	return strings.ToLower(scheme)
+}
+
+// Open returns the source spec names, by the scheme of spec.From. It only
+// checks the spec: files and connections are opened by Records, for the
+// length of one iteration.
+func Open(spec Spec) (Source, error) {
+	if spec.From == "" {
+		return nil, errors.New("source: no source given")
+	}
+	if spec.Name == "" {
+		spec.Name = Redact(spec.From)
+	}
+	open, ok := backend(Scheme(spec.From))
+	if Scheme(spec.From) == "disk" {
+		return nil, fmt.Errorf("source %s: only a Postgres meta store can be read live (give an archive for others)", spec.Name)
+	}
+	if !ok {
+		return nil, fmt.Errorf("source %s: unknown kind of source %q (want an archive path, postgres:// or s3://)", spec.Name, Scheme(spec.From))
+	}
+	return open(spec)
+}
+
+func openArchive(spec Spec) (Source, error) {
+	return &archive.Source{Path: strings.TrimPrefix(spec.From, "file://"), Options: spec.Archive, Progress: spec.Progress}, nil
+}
+
+func openPostgres(spec Spec) (Source, error) {
+	if _, _, err := postgres.ParseURL(spec.From); err != nil {
+		return nil, err
+	}
+	return &postgres.DeploymentSource{Name: spec.Name, Meta: spec.From, Resources: spec.Resources, BlobRefs: spec.Blobs != ""}, nil
+}
+
+func openS3(spec Spec) (Source, error) {
+	if spec.Resources != "" && spec.Resources != spec.From {
+		return nil, fmt.Errorf("source %s: an S3 resource store is the source itself; resources %s is not read", spec.Name, Redact(spec.Resources))
+	}
+	return &s3.Source{Resources: spec.From, Blobs: spec.Blobs}, nil
+}

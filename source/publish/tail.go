@@ -1,0 +1,208 @@
+package publish
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pglogrepl"
+
+	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/source/postgres"
+)
+
+// Tail modes.
+const (
+	ModeAuto    = "auto"    // logical where the server allows it, else poll
+	ModeLogical = "logical" // a replication slot and a publication (pgoutput)
+	ModePoll    = "poll"    // keyset polling on updated_time
+)
+
+// TailOptions choose how Tail follows the deployment.
+type TailOptions struct {
+	// Mode is ModeAuto, ModeLogical or ModePoll.
+	Mode string
+	// Interval and Overlap configure polling (see postgres.Source.Poll).
+	Interval, Overlap time.Duration
+	// Logical names the slot and publication of logical replication.
+	Logical postgres.LogicalOptions
+}
+
+// Tail publishes a snapshot if none was completed, then every change as
+// it happens, until ctx ends: by logical replication, or by polling, as
+// o.Mode says (ModeAuto: logical where the server allows it). It is a
+// service: losing Postgres (a restart, a failover) or the stream is waited
+// out with backoff, resuming from the stored position. It returns the
+// mode it used and the error that stopped it (ctx's when interrupted),
+// after storing the position.
+func (p *Postgres) Tail(ctx context.Context, o TailOptions) (mode string, err error) {
+	mode = o.Mode
+	switch mode {
+	case ModeAuto:
+		if why, ok := postgres.LogicalAvailable(ctx, p.dsn); ok {
+			mode = ModeLogical
+		} else {
+			mode = ModePoll
+			p.log.Info("following changes by polling instead of logical replication", "why", why)
+		}
+	case ModeLogical, ModePoll:
+	default:
+		return mode, fmt.Errorf("tail mode %q (want auto, logical or poll)", mode)
+	}
+	streaming := func(on bool) {
+		if p.hooks.Streaming != nil {
+			p.hooks.Streaming(on)
+		}
+	}
+	bo := backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(0), backoff.WithMaxInterval(30*time.Second))
+	for {
+		// Each attempt resumes from the stored position: revisions emitted
+		// after it may not have reached the stream, so none is skipped as
+		// already emitted.
+		p.src.ForgetEmitted()
+		started := time.Now()
+		streaming(true)
+		if mode == ModeLogical {
+			err = p.tailLogical(ctx, p.dsn, o.Logical)
+		} else {
+			err = p.tailPoll(ctx, o.Interval, o.Overlap)
+		}
+		streaming(false)
+		if ctx.Err() != nil {
+			break
+		}
+		if serr := p.Save(context.WithoutCancel(ctx)); serr != nil {
+			p.log.Warn("could not store the position", "err", serr)
+		}
+		if time.Since(started) > time.Minute {
+			bo.Reset() // it ran well for a while: this is a new failure, not the same one
+		}
+		wait := bo.NextBackOff()
+		if p.hooks.Restarted != nil {
+			p.hooks.Restarted()
+		}
+		p.log.Warn("tail stopped; starting again", "in", wait.String(), "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if serr := p.Save(context.WithoutCancel(ctx)); serr != nil {
+		return mode, fmt.Errorf("store position: %w", serr)
+	}
+	return mode, err
+}
+
+func (p *Postgres) tailPoll(ctx context.Context, interval, overlap time.Duration) error {
+	if !p.State.SnapshotDone {
+		p.log.Info("no completed snapshot of this source: taking one first")
+		if _, err := p.Snapshot(ctx); err != nil {
+			return fmt.Errorf("snapshot: %w", err)
+		}
+	}
+	p.log.Info("following changes by polling", "interval", interval.String(), "overlap", overlap.String())
+	last := time.Now()
+	return p.src.Poll(ctx, *p.State.Cursor, interval, overlap, func(model string, rec events.Record, cur postgres.Cursor) error {
+		if err := p.Publish(ctx, model, rec); err != nil {
+			return err
+		}
+		c := cur.Clone()
+		p.State.Cursor = &c
+		if time.Since(last) > time.Second {
+			last = time.Now()
+			return p.Save(ctx)
+		}
+		return nil
+	})
+}
+
+// tailLogical follows the replication slot. The snapshot, when one is
+// needed, is read at the slot's exported snapshot, so nothing between the
+// two is missed; an LSN is confirmed to Postgres only once every event up
+// to it is acknowledged by JetStream, and stored for the next run.
+func (p *Postgres) tailLogical(ctx context.Context, dsn string, o postgres.LogicalOptions) error {
+	start, err := p.src.SetupLogical(ctx, dsn, o)
+	if err != nil {
+		return err
+	}
+	startLSN := start.LSN
+	switch {
+	case start.Created:
+		// A new slot: the stream starts after its snapshot, which must be
+		// published whole (a snapshot taken before the slot existed could
+		// miss what changed in between).
+		p.log.Info("created replication slot; publishing the snapshot it exported", "slot", start.Slot, "lsn", start.LSN.String())
+		p.State = PostgresState{}
+		st, err := p.src.SnapshotAt(ctx, start.SnapshotName, postgres.Position{}, func(model string, rec events.Record, pos postgres.Position) error {
+			return p.Publish(ctx, model, rec)
+		})
+		start.Close()
+		if err != nil {
+			return fmt.Errorf("snapshot at the slot's start: %w", err)
+		}
+		cur := st.Cursor.Clone()
+		p.State = PostgresState{Snapshot: st.End, SnapshotDone: true, Cursor: &cur, TxSnapshot: st.TxSnapshot, LSN: start.LSN.String()}
+		if err := p.Save(ctx); err != nil {
+			return err
+		}
+	default:
+		start.Close()
+		if !p.State.SnapshotDone {
+			// The slot exists but no snapshot was completed: read one now
+			// and replay the slot from its position (the overlap is re-sent
+			// and the sinks make it a no-op).
+			p.log.Info("replication slot exists but no snapshot was completed: taking one", "slot", start.Slot)
+			if _, err := p.Snapshot(ctx); err != nil {
+				return fmt.Errorf("snapshot: %w", err)
+			}
+		}
+		if stored, err := pglogrepl.ParseLSN(p.State.LSN); err == nil && stored > startLSN {
+			startLSN = stored
+		}
+	}
+	var confirmed atomic.Uint64
+	confirmed.Store(uint64(startLSN))
+	lastSave, lastLag := time.Now(), time.Time{}
+	p.log.Info("following changes by logical replication", "slot", o.Slot, "from_lsn", startLSN.String())
+	return p.src.StreamLogical(ctx, dsn, o, startLSN, postgres.LogicalHandler{
+		Record: func(model string, rec events.Record, _ pglogrepl.LSN) error {
+			return p.Publish(ctx, model, rec)
+		},
+		Purge: func(model, resourceID string, _ pglogrepl.LSN, committed time.Time) error {
+			// The delete's commit time: a re-creation is newer than it.
+			return p.Publish(ctx, model, &events.PurgeRecord{ResourceID: resourceID, PurgedTime: events.Time{Time: committed.UTC()}})
+		},
+		Commit: func(lsn pglogrepl.LSN) error {
+			if err := p.Flush(ctx); err != nil {
+				return err
+			}
+			confirmed.Store(uint64(lsn))
+			p.State.LSN = lsn.String()
+			if p.hooks.ConfirmedLSN != nil {
+				p.hooks.ConfirmedLSN(lsn)
+			}
+			if time.Since(lastSave) > time.Second {
+				lastSave = time.Now()
+				if err := p.Save(ctx); err != nil {
+					return err
+				}
+			}
+			if time.Since(lastLag) > 15*time.Second {
+				lastLag = time.Now()
+				if lag, err := postgres.SlotLag(ctx, dsn, o); err == nil {
+					if p.hooks.SlotLag != nil {
+						p.hooks.SlotLag(lag)
+					}
+					p.log.Info("replication slot", "slot", o.Slot, "retained_wal_bytes", lag, "confirmed_lsn", lsn.String())
+				}
+			}
+			return nil
+		},
+		Confirmed: func() pglogrepl.LSN { return pglogrepl.LSN(confirmed.Load()) },
+	})
+}
