@@ -72,9 +72,11 @@ type pgFlags struct {
 	config   configFlag
 	cfg      stream.Config
 	inflight int
+	fs       *flag.FlagSet // to tell which stream settings were given
 }
 
 func (f *pgFlags) register(fs *flag.FlagSet) {
+	f.fs = fs
 	fs.StringVar(&f.from, "from", "", "the deployment's Postgres: postgres://user@host/db?table_prefix=&meta_table={model}_meta&encoding=msgpack&revisions=true&models=a,b")
 	f.stores.register(fs)
 	f.config.register(fs)
@@ -92,7 +94,7 @@ func openPG(ctx context.Context, f *pgFlags, log *slog.Logger, hooks publish.Hoo
 	if err != nil {
 		return nil, nil, err
 	}
-	bus, err := stream.Open(ctx, f.cfg, log)
+	bus, err := stream.Open(ctx, givenIn(f.fs, f.cfg), log)
 	if err != nil {
 		d.Close()
 		return nil, nil, err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/specstar/replicator/internal/progress"
@@ -36,7 +37,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		return exitInvalid
 	}
 	defer f.Close()
-	bus, err := stream.Open(ctx, cfg, log)
+	bus, err := stream.Open(ctx, givenIn(fs, cfg), log)
 	if err != nil {
 		fmt.Fprintf(stderr, "writer replay: %v\n", err)
 		return exitInvalid
@@ -63,4 +64,17 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		path, bus.Config().Stream, el.Round(time.Millisecond), st.Frames, progress.Bytes(st.Bytes), st.Metas, st.Revisions, st.Blobs, st.LargeBlobs, st.Unknown,
 		pub.Stats.Published-pub.Stats.Duplicates, pub.Stats.Duplicates)
 	return exitOK
+}
+
+// givenIn marks the stream settings set on fs's command line as given,
+// so an existing stream is checked against them and never reset to this
+// command's defaults (stream.Config.Given).
+func givenIn(fs *flag.FlagSet, cfg stream.Config) stream.Config {
+	cfg.Given = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) {
+		if slices.Contains(stream.Settings, f.Name) {
+			cfg.Given[f.Name] = true
+		}
+	})
+	return cfg
 }

@@ -46,7 +46,7 @@ func snapshotS3(ctx context.Context, f *pgFlags, stdout, stderr io.Writer, log *
 		return exitInvalid
 	}
 	defer store.Close()
-	bus, err := stream.Open(ctx, f.cfg, log)
+	bus, err := stream.Open(ctx, givenIn(f.fs, f.cfg), log)
 	if err != nil {
 		fmt.Fprintf(stderr, "writer snapshot: %v\n", err)
 		return exitInvalid
