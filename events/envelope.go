@@ -121,6 +121,25 @@ func Subject(prefix, model, kind string) string {
 	return prefix + "." + SubjectToken(model) + "." + kind
 }
 
+// ParseSubject reads the model and kind back from an event's subject
+// (Subject's inverse): the subject, unlike a header, carries the model
+// escaped, so consumers take the model from here. Headers are trimmed and
+// rewritten by the NATS client ("issue " arrives as "issue").
+func ParseSubject(prefix, subject string) (model, kind string, err error) {
+	rest, ok := strings.CutPrefix(subject, prefix+".")
+	if !ok {
+		return "", "", fmt.Errorf("subject %q is not below %q", subject, prefix)
+	}
+	tok, kind, ok := strings.Cut(rest, ".")
+	if !ok || kind == "" || strings.Contains(kind, ".") {
+		return "", "", fmt.Errorf("subject %q is not %s.<model>.<kind>", subject, prefix)
+	}
+	if model, err = ParseSubjectToken(tok); err != nil {
+		return "", "", fmt.Errorf("subject %q: %w", subject, err)
+	}
+	return model, kind, nil
+}
+
 // Envelope is a record ready to publish: where it goes, its headers and
 // its payload (the exact msgpack of one archive frame).
 type Envelope struct {

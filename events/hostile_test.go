@@ -160,3 +160,21 @@ func TestTimestampsOutsidePythonRange(t *testing.T) {
 		})
 	}
 }
+
+// TestParseSubjectRoundTrips: every model, however hostile, comes back
+// from its event's subject exactly (the consumer's side of item 5).
+func TestParseSubjectRoundTrips(t *testing.T) {
+	for _, model := range []string{"issue", "issue ", " issue", "issue\t", "iss\nue", "a.b", "*", ">", "%", "", "模型", "x%41"} {
+		for _, kind := range []string{KindMeta, KindRevision, KindBlob, KindPurge, KindOther} {
+			got, k, err := ParseSubject("specstar", Subject("specstar", model, kind))
+			if err != nil || got != model || k != kind {
+				t.Errorf("ParseSubject(Subject(%q, %q)) = %q, %q, %v", model, kind, got, k, err)
+			}
+		}
+	}
+	for _, bad := range []string{"other.issue.meta", "specstar.issue", "specstar.issue.meta.x", "specstar.%ZZ.meta"} {
+		if _, _, err := ParseSubject("specstar", bad); err == nil {
+			t.Errorf("ParseSubject(%q) accepted it", bad)
+		}
+	}
+}

@@ -51,7 +51,7 @@ func (w *Worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, err
 	byKey := map[string]int{}
 	for i, msg := range msgs {
 		h := msg.Headers()
-		key := h.Get(events.HeaderModel) + "\x00" + h.Get(events.HeaderResourceID) + "\x00" + h.Get(events.HeaderFileID)
+		key := msg.Subject() + "\x00" + h.Get(events.HeaderResourceID) + "\x00" + h.Get(events.HeaderFileID)
 		if h.Get(events.HeaderResourceID) == "" && h.Get(events.HeaderFileID) == "" {
 			key = fmt.Sprintf("\x01%d", i) // nothing to order it by
 		}
@@ -148,8 +148,13 @@ func (w *Worker) applyWithRetry(ctx context.Context, msg jetstream.Msg) (kind, o
 
 // apply decodes one event and hands it to the sink.
 func (w *Worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
-	h := msg.Headers()
-	model := h.Get(events.HeaderModel)
+	// The model comes from the subject, where it is escaped: the header's
+	// copy is trimmed and rewritten by the NATS client, so "issue " or
+	// "iss\nue" would land in another model's resources.
+	model, _, err := events.ParseSubject(w.bus.Prefix(), msg.Subject())
+	if err != nil {
+		return "", invalid("%v", err)
+	}
 	payload := msg.Data()
 	tag, err := events.PeekTag(events.Msgpack, payload)
 	if err != nil {
