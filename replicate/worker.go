@@ -135,8 +135,10 @@ func (w *Worker) filters() []string {
 // consumer creates or resumes the sink's durable pull consumer.
 func (w *Worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	cfg := jetstream.ConsumerConfig{
-		Durable:       w.opts.Name,
-		Description:   "SpecStar sink " + w.opts.Display,
+		Durable: w.opts.Name,
+		// No URL here, not even redacted: the description is stored on the
+		// server and shown to anyone who can read the stream.
+		Description:   "SpecStar sink consumer",
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       w.opts.AckWait,
 		MaxAckPending: w.opts.MaxAckPending,

@@ -33,7 +33,7 @@ type backend struct {
 func backends() []backend {
 	return []backend{
 		{"postgres", []string{"postgres://", "postgresql://"}, redact.URL, parseWith(postgres.ParseSpec), openWith((*postgres.Spec).Open)},
-		{"s3", []string{"s3://"}, same, parseWith(s3.ParseSpec), openWith((*s3.Spec).Open)},
+		{"s3", []string{"s3://"}, redact.URL, parseWith(s3.ParseSpec), openWith((*s3.Spec).Open)},
 		{"disk", []string{"disk:"}, same, parseWith(disk.ParseSpec), openWith((*disk.Spec).Open)},
 	}
 }

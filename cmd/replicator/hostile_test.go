@@ -4,7 +4,9 @@ package main
 // review (issue 12), kept together so the list stays visible.
 
 import (
+	"context"
 	"encoding/json"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -81,5 +83,42 @@ func TestCommandsLeaveStreamSettingsAlone(t *testing.T) {
 	replay(t, b, testfixtures.Path(t, "small.acbak"))
 	if out := drain(t, b, sink); !strings.Contains(out, "16 events applied") {
 		t.Fatalf("after the changes: %s", out)
+	}
+}
+
+// TestSecretsNeverShow (issue 12, item 15): a password= query parameter
+// of a sink URL appeared in logs, in `status` (text and JSON) and was
+// stored for good in the JetStream consumer's description. The trust-auth
+// test server accepts any password, so the sink works with one in its URL.
+func TestSecretsNeverShow(t *testing.T) {
+	const secret = "Sekr1tPw"
+	_, prefix := pgTables(t, "secret")
+	pg := pgDSN() + pgSep() + "table_prefix=" + prefix + "&revisions=true&password=" + secret
+	if u, err := url.Parse(pg); err == nil && u.User != nil {
+		u.User = url.UserPassword(u.User.Username(), secret)
+		pg = u.String()
+	}
+	bus := testBus(t)
+	replay(t, bus, testfixtures.Path(t, "small.acbak"))
+	code, out, errs := runCmd(t, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", pg)
+	if code != exitOK {
+		t.Fatalf("run: %d %s %s", code, out, errs)
+	}
+	all := out + errs
+	for _, args := range [][]string{
+		{"status", "--nats", bus.URL()},
+		{"status", "--nats", bus.URL(), "--json"},
+		{"verify", "--archive", testfixtures.Path(t, "small.acbak"), "--sink", pg},
+		{"verify", "--archive", testfixtures.Path(t, "small.acbak"), "--sink", strings.Replace(pg, "postgres://", "postgres://%zz", 1)},
+	} {
+		_, out, errs := runCmd(t, args...)
+		all += out + errs
+	}
+	ctx := context.Background()
+	for ci := range bus.Stream.ListConsumers(ctx).Info() {
+		all += ci.Config.Description + ci.Name
+	}
+	if strings.Contains(all, secret) {
+		t.Fatalf("the password shows:\n%s", all)
 	}
 }

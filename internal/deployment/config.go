@@ -90,21 +90,69 @@ func Parse(path string, raw []byte) (*Config, error) {
 }
 
 // expandEnv replaces every ${VAR} by the environment variable VAR; an
-// unset one is an error naming it.
+// unset one is an error naming it. A value that lands in a URL's userinfo
+// or query is percent-encoded, so a password holding "/", "@", "?" or "#"
+// stays one password instead of splitting the URL (the rest was taken as
+// a host name and resolved). In a host or path it is left as it is.
 func expandEnv(v string) (string, error) {
 	var missing []string
-	out := envRef.ReplaceAllStringFunc(v, func(ref string) string {
-		name := envRef.FindStringSubmatch(ref)[1]
+	var b strings.Builder
+	last := 0
+	for _, m := range envRef.FindAllStringSubmatchIndex(v, -1) {
+		b.WriteString(v[last:m[0]])
+		name := v[m[2]:m[3]]
 		x, ok := os.LookupEnv(name)
 		if !ok {
 			missing = append(missing, name)
 		}
-		return x
-	})
+		if escapedAt(v, m[0]) {
+			x = escapeComponent(x)
+		}
+		b.WriteString(x)
+		last = m[1]
+	}
+	b.WriteString(v[last:])
 	if len(missing) > 0 {
 		return "", fmt.Errorf("environment variables not set: %s", strings.Join(missing, ", "))
 	}
-	return out, nil
+	return b.String(), nil
+}
+
+// escapedAt reports whether position i of the URL template v lies in its
+// userinfo (between "://" and the authority's last "@") or in its query.
+func escapedAt(v string, i int) bool {
+	if q := strings.IndexAny(v, "?"); q >= 0 && i > q {
+		return true
+	}
+	start := strings.Index(v, "://")
+	if start < 0 || i < start+3 {
+		return false
+	}
+	auth := v[start+3:]
+	if end := strings.IndexAny(auth, "/?#"); end >= 0 {
+		auth = auth[:end]
+	}
+	at := strings.LastIndex(auth, "@")
+	return at >= 0 && i < start+3+at
+}
+
+// escapeComponent percent-encodes every byte outside RFC 3986's unreserved
+// set, which is valid, and decodes to the same bytes, in a userinfo and in
+// a query value alike.
+func escapeComponent(s string) string {
+	const hex = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hex[c>>4])
+		b.WriteByte(hex[c&15])
+	}
+	return b.String()
 }
 
 // Lookup returns the named deployment with its ${VAR}s expanded; ok is

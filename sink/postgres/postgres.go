@@ -480,8 +480,8 @@ func pgMetaRow(meta *events.ResourceMeta, encoded []byte) ([]any, error) {
 	}
 	for _, t := range times {
 		if t.v.IsSet() {
-			if y := t.v.Value.Instant().Year(); y < 0 || y > 10000 {
-				return nil, store.Invalidf(key, "%s %s is out of range", t.name, t.v.Value.Format())
+			if y := t.v.Value.Instant().Year(); y < 1 || y > 9999 {
+				return nil, store.Invalidf(key, "%s %s is outside Python's datetime range (years 1 to 9999)", t.name, t.v.Value.Format())
 			}
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/url"
 
+	"github.com/specstar/replicator/internal/redact"
+
 	"github.com/zeebo/xxh3"
 
 	"github.com/specstar/replicator/events"
@@ -38,7 +40,7 @@ func isOptionKey(k string) bool {
 func ParseSpec(raw string) (*Spec, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, err
+		return nil, redact.ParseError(err)
 	}
 	s := &Spec{}
 	q := u.Query()

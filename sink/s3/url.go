@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/specstar/replicator/internal/redact"
+
 	"github.com/specstar/replicator/events"
 )
 
@@ -25,7 +27,7 @@ func ParseURL(raw string) (Options, error) {
 	escaped := strings.NewReplacer("{", "%7B", "}", "%7D").Replace(raw)
 	u, err := url.Parse(escaped)
 	if err != nil {
-		return fail("%v", err)
+		return fail("%v", redact.ParseError(err))
 	}
 	if u.Scheme != "s3" {
 		return fail("scheme %q is not s3", u.Scheme)

@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/specstar/replicator/internal/redact"
+
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/source/internal/base"
 )
@@ -28,7 +30,7 @@ var postgresURLKeys = map[string]bool{
 func ParseURL(raw string) (dsn string, opts Options, err error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", opts, fmt.Errorf("source %q: %w", base.Redact(raw), err)
+		return "", opts, fmt.Errorf("source %q: %w", base.Redact(raw), redact.ParseError(err))
 	}
 	if u.Scheme != "postgres" && u.Scheme != "postgresql" {
 		return "", opts, fmt.Errorf("source %q: want a postgres:// URL", base.Redact(raw))
