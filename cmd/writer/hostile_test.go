@@ -7,6 +7,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -51,5 +53,47 @@ func TestReplayKeepsTheStreamsSettings(t *testing.T) {
 	code, _, errs = runWriter(t, "replay", testfixtures.Path(t, "small.acbak"), "--nats", bus.URL(), "--duplicate-window", "1h")
 	if code == exitOK || !strings.Contains(errs, "duplicate-window") {
 		t.Fatalf("replay with a differing --duplicate-window: exit %d, %s", code, errs)
+	}
+}
+
+// TestReplayPublishesNothingFromABadArchive (issue 12, item 18): `writer
+// replay` published records before it knew the archive was valid, so a
+// truncated archive left 1,214 events on the stream. It now checks the
+// whole archive first and publishes nothing from one `writer verify`
+// rejects; --no-check keeps the old streaming behaviour.
+func TestReplayPublishesNothingFromABadArchive(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	data := testfixtures.Read(t, "medium.acbak")
+	truncated := filepath.Join(t.TempDir(), "truncated.acbak")
+	if err := os.WriteFile(truncated, data[:len(data)*2/3], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	msgs := func(bus *stream.Bus) uint64 {
+		t.Helper()
+		info, err := bus.Stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+	bus, err := stream.Open(ctx, stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	code, _, errs := runWriter(t, "replay", truncated, "--nats", bus.URL())
+	if code == exitOK || !strings.Contains(errs, "nothing was published") {
+		t.Fatalf("replay of a truncated archive: exit %d, %s", code, errs)
+	}
+	if n := msgs(bus); n != 0 {
+		t.Fatalf("a rejected archive left %d events on the stream", n)
+	}
+	// Streaming without the check publishes what comes before the fault.
+	if code, _, _ := runWriter(t, "replay", truncated, "--nats", bus.URL(), "--no-check"); code == exitOK {
+		t.Fatal("replay --no-check of a truncated archive succeeded")
+	}
+	if n := msgs(bus); n == 0 {
+		t.Fatal("replay --no-check published nothing: the test's archive is not truncated where it should be")
 	}
 }

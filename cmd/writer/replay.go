@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/source/archive"
 	"github.com/specstar/replicator/stream"
@@ -27,6 +28,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	fs.IntVar(&cfg.Replicas, "replicas", 1, "stream replicas (clustered servers)")
 	fs.DurationVar(&cfg.DuplicateWindow, "duplicate-window", time.Hour, "how long JetStream drops re-published records by message id")
 	inflight := fs.Int("max-inflight", 512, "published events awaiting their acknowledgement at most")
+	noCheck := fs.Bool("no-check", false, "publish while reading, without checking the whole archive first (a bad archive may then leave records on the stream)")
 	path, ok := parseArgs(fs, args, stderr)
 	if !ok {
 		return exitUsage
@@ -37,6 +39,16 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		return exitInvalid
 	}
 	defer f.Close()
+	switch {
+	case opts.Size == 0 && !*noCheck:
+		// A pipe cannot be read twice: say so rather than pretend.
+		log.Warn("reading the archive from a pipe: it is published as it is read, so if it turns out bad, the records before the fault are already on the stream", "archive", path)
+	case !*noCheck:
+		// Publish nothing from an archive `writer verify` would reject.
+		if code := precheck(ctx, f, path, opts, stderr, log); code != exitOK {
+			return code
+		}
+	}
 	bus, err := stream.Open(ctx, givenIn(fs, cfg), log)
 	if err != nil {
 		fmt.Fprintf(stderr, "writer replay: %v\n", err)
@@ -77,4 +89,35 @@ func givenIn(fs *flag.FlagSet, cfg stream.Config) stream.Config {
 		}
 	})
 	return cfg
+}
+
+// precheck runs `writer verify`'s checks over the whole archive and
+// rewinds it: an archive with errors is refused before anything is
+// published, naming the first problem.
+func precheck(ctx context.Context, f *os.File, path string, opts acbak.Options, stderr io.Writer, log *slog.Logger) int {
+	meter := progress.New("check "+path, opts.Size, log)
+	var first *acbak.Problem
+	res, err := acbak.Verify(ctx, f, opts, func(p acbak.Problem) {
+		if !p.Warning && first == nil {
+			first = &p
+		}
+	}, func(frames int, off int64) { meter.Update(int64(frames), off) })
+	meter.Done()
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "writer replay: %s: %v; nothing was published\n", path, err)
+		return exitInvalid
+	case !res.Valid() && first == nil:
+		fmt.Fprintf(stderr, "writer replay: %s: %d errors; nothing was published (writer verify lists them)\n", path, res.Errors)
+		return exitInvalid
+	case !res.Valid():
+		fmt.Fprintf(stderr, "writer replay: %s: %d errors (first at frame %d, offset %d: %s); nothing was published (writer verify lists them)\n",
+			path, res.Errors, first.Frame, first.Offset, first.Msg)
+		return exitInvalid
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		fmt.Fprintf(stderr, "writer replay: %s: %v\n", path, err)
+		return exitInvalid
+	}
+	return exitOK
 }
