@@ -146,9 +146,7 @@ func checkDataHash(f *Frame, info *events.RevisionInfo, payload []byte, emit fun
 	if err == nil {
 		return
 	}
-	migrated := info.ParentSchemaVersion.IsSet() &&
-		(!info.SchemaVersion.IsSet() || info.SchemaVersion.Value != info.ParentSchemaVersion.Value)
-	if migrated {
+	if info.Migrated() {
 		emit(f, true, "revision %q: %v (migrated from schema %q to %q, which keeps the old hash)",
 			info.RevisionID, err, info.ParentSchemaVersion.Value, info.SchemaVersion.Value)
 		return

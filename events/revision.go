@@ -81,3 +81,11 @@ func DecodeRawResource(enc Encoding, data []byte) (*RawResource, error) {
 	v := &RawResource{}
 	return v, rawResourceSchema.decode(enc, data, v, &v.Unknown)
 }
+
+// Migrated reports whether the revision was moved to another schema by
+// SpecStar's migrate(), which keeps the old data_hash: a hash that does
+// not match such a revision's payload is expected, any other is not.
+func (v *RevisionInfo) Migrated() bool {
+	return v.ParentSchemaVersion.IsSet() &&
+		(!v.SchemaVersion.IsSet() || v.SchemaVersion.Value != v.ParentSchemaVersion.Value)
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/sink"
 )
@@ -183,6 +184,15 @@ func (w *Worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
 		res, err := rec.(*events.RevisionRecord).Resource()
 		if err != nil {
 			return "", invalid("RevisionRecord data is not a valid RawResource: %v", err)
+		}
+		if res.Info.DataHash.IsSet() && !res.Info.Migrated() {
+			if err := dedup.CheckDataHash(res.Info.DataHash.Value, res.RawData); err != nil {
+				// Written all the same, as SpecStar would read it; but
+				// worth an operator's look, as writer verify says too.
+				w.m.hashMismatches.WithLabelValues(w.opts.Name).Inc()
+				w.log.Warn("revision's data_hash does not match its payload (not a migration)",
+					"sink", w.opts.Display, "model", model, "revision", res.Info.RevisionID, "uid", res.Info.UID, "err", err)
+			}
 		}
 		if out, err = w.snk.ApplyRevision(ctx, model, res); err != nil {
 			return "", err

@@ -4,14 +4,17 @@ package replicate_test
 // review (issue 12), kept together so the list stays visible.
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/testfixtures"
@@ -102,4 +105,109 @@ func TestModelComesFromTheSubject(t *testing.T) {
 			t.Errorf("model %q holds the meta of %q", model, got.CreatedBy)
 		}
 	}
+}
+
+// TestHashMismatchIsCountedAndLogged (issue 12, item 19): a revision
+// whose data_hash does not match its payload, and that is no migration,
+// was written without a word. It is still written (SpecStar would read
+// it), but counted in specstar_sink_data_hash_mismatches_total and
+// logged with the revision named, as writer verify reports it.
+func TestHashMismatchIsCountedAndLogged(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	bus, err := stream.Open(ctx, stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+
+	var res *events.RawResource
+	f, err := os.Open(testfixtures.Path(t, "small.acbak"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for fr, err := range acbak.NewReader(f, acbak.Options{}).All() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, ok := fr.Record.(*events.RevisionRecord); ok {
+			if res, err = r.Resource(); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if res.Info.Migrated() || !res.Info.DataHash.IsSet() {
+		t.Fatal("the fixture's first revision should be a plain one with a data_hash")
+	}
+	good := *res
+	bad := *res
+	bad.Info.UID = "00000000-0000-4000-8000-00000000beef"
+	bad.RawData = append(bytes.Clone(res.RawData), ' ') // the hash no longer matches
+	pub := bus.NewPublisher(4)
+	for _, r := range []*events.RawResource{&good, &bad} {
+		data, err := r.Encode(events.Msgpack)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env, err := events.EnvelopeFor(bus.Prefix(), "issue", &events.RevisionRecord{Data: data}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pub.Publish(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	snk, err := sink.Open(ctx, "disk:"+t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snk.Close()
+	reg := prometheus.NewRegistry()
+	m, err := replicate.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := replicate.DefaultConfig()
+	cfg.UntilDrained = true
+	w, err := replicate.NewWorker(bus, snk, replicate.Options{Config: cfg, Name: "hashes", Logger: log, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := w.Stats(); st.Applied != 2 || st.DeadLettered != 0 {
+		t.Fatalf("stats %+v: both revisions are written", st)
+	}
+	if got := counterValue(t, reg, "specstar_sink_data_hash_mismatches_total"); got != 1 {
+		t.Errorf("specstar_sink_data_hash_mismatches_total = %v, want 1", got)
+	}
+	if !strings.Contains(logs.String(), "data_hash does not match") || !strings.Contains(logs.String(), res.Info.RevisionID) {
+		t.Errorf("no warning naming revision %s:\n%s", res.Info.RevisionID, logs.String())
+	}
+}
+
+// counterValue is the sum of a counter family's series in reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }

@@ -20,6 +20,9 @@ type Metrics struct {
 	ackPending  *prometheus.GaugeVec     // sink
 	ackFloor    *prometheus.GaugeVec     // sink
 	redelivered *prometheus.GaugeVec     // sink
+	// hashMismatches counts revisions whose data_hash does not match
+	// their payload outside a migration.
+	hashMismatches *prometheus.CounterVec // sink
 
 	mu    sync.Mutex
 	ready map[string]bool // sink -> consuming
@@ -58,12 +61,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		redelivered: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "specstar_sink_redelivered_messages", Help: "Events the sink's consumer has redelivered and not yet had acked.",
 		}, []string{"sink"}),
+		hashMismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "specstar_sink_data_hash_mismatches_total", Help: "Revisions applied whose data_hash does not match their payload (migrations aside).",
+		}, []string{"sink"}),
 		ready: map[string]bool{},
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.applied, m.deadLetters, m.retries, m.batch, m.lastSeq, m.pending, m.ackPending, m.ackFloor, m.redelivered} {
+	for _, c := range []prometheus.Collector{m.applied, m.deadLetters, m.retries, m.batch, m.lastSeq, m.pending, m.ackPending, m.ackFloor, m.redelivered, m.hashMismatches} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register replication metrics: %w", err)
 		}
