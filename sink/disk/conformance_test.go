@@ -55,7 +55,7 @@ func diskBackend(opts disk.Options) sinktest.Backend {
 			return open(t, s.(*disk.Sink).Root())
 		},
 		Metas: true, Revisions: true, Blobs: true,
-		PathIDs: true,
+		PathMetaIDs: true, PathRevisionIDs: true,
 		Outside: func(t *testing.T, s sink.Sink) string {
 			root := s.(*disk.Sink).Root()
 			return treeOutside(t, filepath.Dir(root), root)

@@ -38,7 +38,7 @@ func S3Backend(srv *s3test.Server) sinktest.Backend {
 			return openS3(t, srv, s3.BucketOf(s.(*s3.Sink)))
 		},
 		Revisions: true, Blobs: true,
-		PathIDs: true,
+		PathRevisionIDs: true,
 		Outside: func(t *testing.T, s sink.Sink) string {
 			return keysBeside(t, srv, s3.BucketOf(s.(*s3.Sink)))
 		},
