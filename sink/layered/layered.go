@@ -98,9 +98,21 @@ func (l *Sink) ApplyBlob(ctx context.Context, fileID string, size int64, content
 }
 
 // ApplyPurge removes the meta first; if the meta store holds a newer one
-// (a re-creation), the revisions stay too.
+// (a re-creation), the revisions stay too. A meta store that only queues
+// (Postgres) says Written before it has compared anything, so the stored
+// meta is read first when the store can be read: one newer than purgedAt
+// makes the purge Stale before anything is queued or removed.
 func (l *Sink) ApplyPurge(ctx context.Context, model, resourceID string, purgedAt events.Time) (store.Outcome, error) {
 	out := store.Unchanged
+	if r, ok := l.meta.(reader); ok && l.resources != nil && l.resources != l.meta {
+		m, err := r.Meta(ctx, model, resourceID)
+		switch {
+		case err == nil && m.UpdatedTime.Instant().After(purgedAt.Instant()):
+			return store.Stale, nil
+		case err != nil && !errors.Is(err, fs.ErrNotExist):
+			return 0, fmt.Errorf("sink %s: purge %q: read the stored meta: %w", l.name, resourceID, err)
+		}
+	}
 	if l.meta != nil {
 		o, err := l.meta.ApplyPurge(ctx, model, resourceID, purgedAt)
 		if err != nil || o == store.Stale {
