@@ -28,18 +28,22 @@ type Config struct {
 	Parallel      int           // events of a batch applied at once
 	UntilDrained  bool          // return once everything the stream held at start is applied
 	AcceptGap     bool          // go on even if the stream no longer holds events the sink never saw
+	// MirrorWait bounds how long UntilDrained on a mirror stream waits for
+	// the mirror to catch up with its origin before it drains what it
+	// holds (saying so).
+	MirrorWait time.Duration
 }
 
 // DefaultConfig is the tuning `replicator run` uses unless told otherwise.
 func DefaultConfig() Config {
-	return Config{Batch: 256, MaxAckPending: 4096, AckWait: time.Minute, Parallel: 16}
+	return Config{Batch: 256, MaxAckPending: 4096, AckWait: time.Minute, Parallel: 16, MirrorWait: time.Minute}
 }
 
 // Options say which sink a Worker feeds and how.
 type Options struct {
 	Config
 	Name    string       // the durable consumer's name: stable for the same destination, so a restart resumes
-	Display string       // how people see the sink (its redacted URL), in the consumer's description and in messages
+	Display string       // how people see the sink (its redacted URL), in messages and logs
 	Models  []string     // only these models' events (nil: every event)
 	Logger  *slog.Logger // nil: discard
 	Metrics *Metrics     // nil: series of its own, registered nowhere
@@ -172,11 +176,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	var target uint64
 	var meter *progress.Meter
 	if w.opts.UntilDrained {
-		info, err := w.bus.Stream.Info(ctx)
-		if err != nil {
-			return fmt.Errorf("stream info: %w", err)
+		if target, err = w.drainTarget(ctx); err != nil {
+			return err
 		}
-		target = info.State.LastSeq
 		if ci, err := cons.Info(ctx); err == nil {
 			meter = progress.NewCount("sink "+w.opts.Display, int64(ci.NumPending)+int64(ci.NumAckPending), w.log)
 			defer meter.Done()
@@ -216,6 +218,58 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.bytes.Add(batchBytes(msgs))
 		if meter != nil {
 			meter.Update(w.applied.Load(), w.bytes.Load())
+		}
+	}
+}
+
+// drainTarget is the stream sequence UntilDrained drains to: the stream's
+// last one. On a mirror (a second region) it is the origin's last one,
+// which the mirror holds once it has caught up: right after the mirror is
+// created it holds nothing yet, and draining to that would end at once
+// with nothing applied. So it waits, up to MirrorWait, for the mirror to
+// reach the origin's last sequence. A mirror whose origin cannot be
+// reached (a partition) serves what it holds, as does one still behind
+// after MirrorWait, and the log says which.
+func (w *Worker) drainTarget(ctx context.Context) (uint64, error) {
+	last := func() (uint64, error) {
+		info, err := w.bus.Stream.Info(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("stream %s info: %w", w.bus.Config().Stream, err)
+		}
+		return info.State.LastSeq, nil
+	}
+	if !w.bus.IsMirror() {
+		return last()
+	}
+	octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	origin, err := w.bus.OriginLastSeq(octx)
+	cancel()
+	if err != nil {
+		have, lerr := last()
+		w.log.Warn("the mirror's origin cannot be reached: draining what the mirror holds", "sink", w.opts.Display, "err", err, "last_sequence", have)
+		return have, lerr
+	}
+	deadline := time.Now().Add(w.opts.MirrorWait)
+	var said time.Time
+	for {
+		have, err := last()
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case have >= origin:
+			return origin, nil
+		case time.Now().After(deadline):
+			w.log.Warn("the mirror is still catching up with its origin: draining what it holds", "sink", w.opts.Display,
+				"origin_last_sequence", origin, "last_sequence", have, "waited", w.opts.MirrorWait)
+			return have, nil
+		case time.Since(said) > 5*time.Second:
+			said = time.Now()
+			w.log.Info("waiting for the mirror to catch up with its origin before draining", "sink", w.opts.Display,
+				"origin_last_sequence", origin, "last_sequence", have)
+		}
+		if sleep(ctx, 100*time.Millisecond); ctx.Err() != nil {
+			return 0, ctx.Err()
 		}
 	}
 }

@@ -230,6 +230,29 @@ func (c *Config) external() *jetstream.ExternalStream {
 	return nil
 }
 
+// OriginLastSeq asks a mirror's origin (through the mirror's domain or
+// API prefix) for its last sequence, which the mirror will hold once it
+// has caught up: mirrors keep the origin's sequence numbers. It is an
+// error on a stream that is no mirror, or when the origin cannot be
+// reached.
+func (b *Bus) OriginLastSeq(ctx context.Context) (uint64, error) {
+	if b.cfg.MirrorOf == "" {
+		return 0, fmt.Errorf("stream %s is no mirror", b.cfg.Stream)
+	}
+	js := b.JS
+	if ext := b.cfg.external(); ext != nil {
+		var err error
+		if js, err = jetstream.NewWithAPIPrefix(b.NC, ext.APIPrefix); err != nil {
+			return 0, fmt.Errorf("origin stream %s: %w", b.cfg.MirrorOf, err)
+		}
+	}
+	st, err := js.Stream(ctx, b.cfg.MirrorOf)
+	if err != nil {
+		return 0, fmt.Errorf("origin stream %s: %w", b.cfg.MirrorOf, err)
+	}
+	return st.CachedInfo().State.LastSeq, nil
+}
+
 // objStream is the name of an object store bucket's backing stream.
 func objStream(bucket string) string { return "OBJ_" + bucket }
 

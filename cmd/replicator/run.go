@@ -27,6 +27,7 @@ func registerConfig(fs *flag.FlagSet, c *replicate.Config) {
 	fs.DurationVar(&c.AckWait, "ack-wait", d.AckWait, "redeliver an event not acked within this time")
 	fs.IntVar(&c.Parallel, "parallel", d.Parallel, "events of a batch applied at once")
 	fs.BoolVar(&c.AcceptGap, "accept-gap", false, "go on when the stream no longer holds events a sink never applied (retention removed them)")
+	fs.DurationVar(&c.MirrorWait, "mirror-wait", d.MirrorWait, "with --until-drained on a mirror: how long to wait for it to catch up with its origin before draining what it holds")
 }
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
