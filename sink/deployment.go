@@ -108,8 +108,9 @@ func ParseLayers(d Layers) (*Spec, error) {
 }
 
 // open opens every distinct store of the deployment, blobs first, then
-// revisions, then metas: the layered sink flushes in that order.
-func (ls *layers) open(ctx context.Context, name string) (Sink, error) {
+// revisions, then metas: the layered sink flushes in that order. readOnly
+// opens each for reading back only (Spec.OpenReader).
+func (ls *layers) open(ctx context.Context, name string, readOnly bool) (Sink, error) {
 	opened := map[*Spec]layered.Store{}
 	var all []layered.Store
 	get := func(s *Spec) (layered.Store, error) {
@@ -119,7 +120,7 @@ func (ls *layers) open(ctx context.Context, name string) (Sink, error) {
 		if a, ok := opened[s]; ok {
 			return a, nil
 		}
-		a, err := s.Open(ctx)
+		a, err := s.open(ctx, readOnly)
 		if err != nil {
 			return nil, err
 		}

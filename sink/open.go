@@ -26,15 +26,18 @@ type backend struct {
 	display  func(string) string // the URL for messages and logs
 	parse    func(string) (backendSpec, error)
 	open     func(context.Context, backendSpec) (Sink, error)
+	// openRead opens for reading back only, changing nothing in the store;
+	// nil: the backend's open changes nothing anyway.
+	openRead func(context.Context, backendSpec) (Sink, error)
 }
 
 // backends is the scheme table: adding a backend is one package and one
 // row here. The last row (no prefixes) serves plain paths.
 func backends() []backend {
 	return []backend{
-		{"postgres", []string{"postgres://", "postgresql://"}, redact.URL, parseWith(postgres.ParseSpec), openWith((*postgres.Spec).Open)},
-		{"s3", []string{"s3://"}, redact.URL, parseWith(s3.ParseSpec), openWith((*s3.Spec).Open)},
-		{"disk", []string{"disk:"}, same, parseWith(disk.ParseSpec), openWith((*disk.Spec).Open)},
+		{"postgres", []string{"postgres://", "postgresql://"}, redact.URL, parseWith(postgres.ParseSpec), openWith((*postgres.Spec).Open), nil},
+		{"s3", []string{"s3://"}, redact.URL, parseWith(s3.ParseSpec), openWith((*s3.Spec).Open), nil},
+		{"disk", []string{"disk:"}, same, parseWith(disk.ParseSpec), openWith((*disk.Spec).Open), openWith((*disk.Spec).OpenReadOnly)},
 	}
 }
 
@@ -116,11 +119,23 @@ func (s *Spec) checkName() error {
 }
 
 // Open opens the sink the Spec names.
-func (s *Spec) Open(ctx context.Context) (Sink, error) {
+func (s *Spec) Open(ctx context.Context) (Sink, error) { return s.open(ctx, false) }
+
+// OpenReader opens the sink the Spec names to read it back (verify,
+// reconcile): nothing in the store is created or changed by the opening (a
+// disk sink does not sweep its writers' staging directories), and a disk
+// sink refuses every Apply.
+func (s *Spec) OpenReader(ctx context.Context) (Sink, error) { return s.open(ctx, true) }
+
+func (s *Spec) open(ctx context.Context, readOnly bool) (Sink, error) {
 	if s.layers != nil {
-		return s.layers.open(ctx, s.Raw)
+		return s.layers.open(ctx, s.Raw, readOnly)
 	}
-	snk, err := s.be.open(ctx, s.spec)
+	open := s.be.open
+	if readOnly && s.be.openRead != nil {
+		open = s.be.openRead
+	}
+	snk, err := open(ctx, s.spec)
 	if err != nil {
 		return nil, fmt.Errorf("open sink %s: %w", s.Raw, err)
 	}

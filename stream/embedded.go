@@ -8,9 +8,13 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
+	neturl "net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -22,10 +26,14 @@ import (
 // machine: the first process to take the directory's lock runs the server
 // on a loopback port and records its URL; later processes connect to that
 // URL as clients instead of starting a second server on the same files.
+// When the host leaves, a client takes the lock and the server over
+// (Bus.keepEmbedded), and clients always dial the URL the directory names
+// (dirDialer).
 type embedded struct {
-	srv  *server.Server
-	lock *os.File
-	url  string
+	srv   *server.Server
+	lock  *os.File
+	url   string
+	token string
 }
 
 const (
@@ -72,15 +80,11 @@ func startOrJoinEmbedded(dataDir string, maxPayload int32, domain string, log *s
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, "", "", fmt.Errorf("embedded NATS data dir %s: %w", dataDir, err)
 	}
-	lf, err := os.OpenFile(filepath.Join(dataDir, lockFile), os.O_CREATE|os.O_RDWR, 0o644)
+	e, err = tryHostEmbedded(dataDir, maxPayload, domain, 0)
 	if err != nil {
-		return nil, "", "", fmt.Errorf("embedded NATS lock: %w", err)
+		return nil, "", "", err
 	}
-	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		lf.Close()
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, "", "", fmt.Errorf("embedded NATS lock %s: %w", dataDir, err)
-		}
+	if e == nil {
 		url, err := waitForURL(dataDir, 10*time.Second)
 		if err != nil {
 			return nil, "", "", err
@@ -92,15 +96,41 @@ func startOrJoinEmbedded(dataDir string, maxPayload int32, domain string, log *s
 		log.Info("joining the embedded NATS server another process runs", "url", url, "data_dir", dataDir)
 		return nil, url, token, nil
 	}
-	token, err = embeddedToken(dataDir, true)
+	log.Info("started embedded NATS JetStream server", "url", e.url, "data_dir", dataDir)
+	return e, e.url, e.token, nil
+}
+
+// tryHostEmbedded takes dataDir's lock and starts the embedded server on
+// it, on port if that is not 0 and can be bound, else on a random loopback
+// port, and records its URL in the directory. It returns nil, nil when
+// another process holds the lock (and so runs the server).
+func tryHostEmbedded(dataDir string, maxPayload int32, domain string, port int) (*embedded, error) {
+	lf, err := os.OpenFile(filepath.Join(dataDir, lockFile), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("embedded NATS lock: %w", err)
+	}
+	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lf.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("embedded NATS lock %s: %w", dataDir, err)
+	}
+	token, err := embeddedToken(dataDir, true)
 	if err != nil {
 		lf.Close()
-		return nil, "", "", err
+		return nil, err
+	}
+	if port != 0 && !canBind(port) {
+		port = 0
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
 	}
 	opts := &server.Options{
 		ServerName: "specstar-embedded",
 		Host:       "127.0.0.1",
-		Port:       server.RANDOM_PORT,
+		Port:       port,
 		JetStream:  true,
 		StoreDir:   filepath.Join(dataDir, "jetstream"),
 		NoSigs:     true,
@@ -114,21 +144,80 @@ func startOrJoinEmbedded(dataDir string, maxPayload int32, domain string, log *s
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		lf.Close()
-		return nil, "", "", fmt.Errorf("embedded NATS server: %w", err)
+		return nil, fmt.Errorf("embedded NATS server: %w", err)
 	}
 	srv.Start()
 	if !srv.ReadyForConnections(30 * time.Second) {
 		srv.Shutdown()
 		lf.Close()
-		return nil, "", "", fmt.Errorf("embedded NATS server in %s did not start", dataDir)
+		return nil, fmt.Errorf("embedded NATS server in %s did not start", dataDir)
 	}
-	url = srv.ClientURL()
+	url := srv.ClientURL()
 	tmp := filepath.Join(dataDir, urlFile+".tmp")
 	if err := os.WriteFile(tmp, []byte(url), 0o644); err == nil {
-		err = os.Rename(tmp, filepath.Join(dataDir, urlFile))
+		_ = os.Rename(tmp, filepath.Join(dataDir, urlFile))
 	}
-	log.Info("started embedded NATS JetStream server", "url", url, "data_dir", dataDir)
-	return &embedded{srv: srv, lock: lf, url: url}, url, token, nil
+	return &embedded{srv: srv, lock: lf, url: url, token: token}, nil
+}
+
+// canBind reports whether a loopback listener can be opened on port now.
+func canBind(port int) bool {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	ln.Close()
+	return true
+}
+
+// currentURL is the URL the data directory names now ("" if none).
+func currentURL(dataDir string) string {
+	b, err := os.ReadFile(filepath.Join(dataDir, urlFile))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// dirDialer dials the embedded server the data directory names at the
+// time of the dial (its URL file) rather than the address nats.go asks
+// for, so a client follows the server to a new port when another process
+// takes it over; without a URL file it dials the address asked for. It
+// remembers the address it last connected to.
+type dirDialer struct {
+	dataDir string
+	net     net.Dialer
+	last    atomic.Pointer[string]
+}
+
+// Dial implements nats.CustomDialer.
+func (d *dirDialer) Dial(network, address string) (net.Conn, error) {
+	if u, err := neturl.Parse(currentURL(d.dataDir)); err == nil && u.Host != "" {
+		address = u.Host
+	}
+	c, err := d.net.Dial(network, address)
+	if err == nil {
+		d.last.Store(&address)
+	}
+	return c, err
+}
+
+// lastAddr is the host:port last connected to ("" before any).
+func (d *dirDialer) lastAddr() string {
+	if a := d.last.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
+
+// port is the port of lastAddr (0 if none).
+func (d *dirDialer) port() int {
+	_, p, err := net.SplitHostPort(d.lastAddr())
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(p)
+	return n
 }
 
 func waitForURL(dataDir string, wait time.Duration) (string, error) {

@@ -7,13 +7,20 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/httpops"
 )
 
 // TestEmbeddedServerRequiresItsToken (issue 12, item 13): the embedded
@@ -227,5 +234,153 @@ func TestExistingStreamIsNeverChangedImplicitly(t *testing.T) {
 	got, err := change.Apply(ctx, Config{MaxAge: 3 * time.Hour, Given: map[string]bool{"max-age": true}})
 	if err != nil || got.MaxAge != 3*time.Hour || got.Subjects[0] != "acme.>" || got.Duplicates != 5*time.Minute {
 		t.Fatalf("Apply: %v %+v", err, got)
+	}
+}
+
+// TestEmbeddedServerSurvivesItsHost (issue 12, item 21): when the process
+// hosting the embedded server of a shared data directory left, the others
+// logged "NATS disconnected" and never reconnected (the next host served
+// on a new random port while they retried the old URL), and their /readyz
+// kept answering 200. Now a survivor takes the server over on the same
+// directory (and port), every client dials the URL the directory names,
+// and readiness is false while disconnected.
+func TestEmbeddedServerSurvivesItsHost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dir := t.TempDir()
+	first, err := Open(ctx, Config{DataDir: dir}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	second, err := Open(ctx, Config{DataDir: dir}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if !first.hostsEmbedded() || second.hostsEmbedded() {
+		t.Fatal("want the first Open to host and the second to join")
+	}
+	oldURL := first.URL()
+
+	// /readyz as the commands serve it, and a watcher of every answer.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	if err := httpops.Serve(ctx, addr, prometheus.NewRegistry(), second.Connected, log); err != nil {
+		t.Fatal(err)
+	}
+	ready := func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !ready() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !ready() {
+		t.Fatal("/readyz is not ready while connected")
+	}
+	var sawNotReady, sawDisconnected atomic.Bool
+	stopWatch := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stopWatch:
+				return
+			default:
+			}
+			if !second.Connected() {
+				sawDisconnected.Store(true)
+				if !ready() {
+					sawNotReady.Store(true)
+				}
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+
+	first.Close() // the host leaves
+	deadline = time.Now().Add(15 * time.Second)
+	for !(second.Connected() && ready()) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stopWatch)
+	<-watched
+	if !second.Connected() {
+		t.Fatalf("the survivor did not reconnect within 15s (still at %s)", RedactURL(second.URL()))
+	}
+	if !ready() {
+		t.Fatal("/readyz is not ready again after the reconnect")
+	}
+	if !sawDisconnected.Load() || !sawNotReady.Load() {
+		t.Errorf("disconnected seen: %v, /readyz not ready while disconnected: %v", sawDisconnected.Load(), sawNotReady.Load())
+	}
+	if !second.hostsEmbedded() {
+		t.Error("the survivor did not take the server over")
+	}
+	if second.URL() != oldURL {
+		t.Logf("the new host serves on %s, not the old port %s", RedactURL(second.URL()), RedactURL(oldURL))
+	}
+
+	// It can publish and read on the stream the old server kept.
+	pub := second.NewPublisher(4)
+	env, err := events.EnvelopeFor(second.Prefix(), "issue", &events.BlobRecord{FileID: "after", BlobData: []byte("y"), Size: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := second.Stream.GetLastMsgForSubject(ctx, env.Subject)
+	if err != nil || string(msg.Data) != string(env.Payload) {
+		t.Fatalf("read back after the takeover: %v", err)
+	}
+	// A later Open joins the new host.
+	third, err := Open(ctx, Config{DataDir: dir}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	if third.hostsEmbedded() || third.URL() != second.URL() {
+		t.Fatalf("a later Open did not join the new host: %s vs %s", RedactURL(third.URL()), RedactURL(second.URL()))
+	}
+}
+
+// TestClientsDialTheURLTheDataDirNames (issue 12, item 21): clients of an
+// embedded server kept dialing the URL they first joined, so when the
+// next host served on another port they never found it. Now a client
+// dials the URL the data directory names at each attempt.
+func TestClientsDialTheURLTheDataDirNames(t *testing.T) {
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := os.WriteFile(filepath.Join(dir, urlFile), []byte("nats://"+ln.Addr().String()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := &dirDialer{dataDir: dir, net: net.Dialer{Timeout: 2 * time.Second}}
+	c, err := d.Dial("tcp", "127.0.0.1:1") // the old, dead address
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	c.Close()
+	if d.lastAddr() != ln.Addr().String() {
+		t.Fatalf("dialed %s, want the address the data directory names, %s", d.lastAddr(), ln.Addr())
 	}
 }

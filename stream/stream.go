@@ -9,11 +9,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -118,8 +120,16 @@ func (c *Config) defaults() {
 
 // Bus is a connection to the event stream.
 type Bus struct {
-	cfg    Config
+	cfg Config
+	// embMu guards emb, which a Bus that joined an embedded server sets
+	// when it takes the server over (keepEmbedded).
+	embMu  sync.Mutex
 	emb    *embedded
+	dialer *dirDialer     // embedded server: dials what the data directory names
+	lost   chan struct{}  // embedded server: the connection was lost (buffer 1)
+	quit   chan struct{}  // closed by Close: keepEmbedded returns
+	wg     sync.WaitGroup // keepEmbedded
+	closed sync.Once
 	NC     *nats.Conn
 	JS     jetstream.JetStream
 	Stream jetstream.Stream
@@ -136,20 +146,22 @@ type Bus struct {
 // creates or updates the event and dead-letter streams.
 func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 	cfg.defaults()
-	b := &Bus{cfg: cfg, log: log}
+	b := &Bus{cfg: cfg, log: log, quit: make(chan struct{})}
 	url := cfg.URL
-	var auth []nats.Option
+	var extra []nats.Option
 	if url == "" {
 		e, u, token, err := startOrJoinEmbedded(cfg.DataDir, cfg.MaxPayload, cfg.Domain, log)
 		if err != nil {
 			return nil, err
 		}
 		b.emb, url, b.token = e, u, token
-		auth = append(auth, nats.Token(token))
+		b.dialer = &dirDialer{dataDir: cfg.DataDir, net: net.Dialer{Timeout: 2 * time.Second}}
+		b.lost = make(chan struct{}, 1)
+		extra = append(extra, nats.Token(token), nats.SetCustomDialer(b.dialer))
 	} else if err := CheckURL(url); err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(url, append(auth,
+	nc, err := nats.Connect(url, append(extra,
 		nats.Name("specstar-replicator"),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500*time.Millisecond),
@@ -157,14 +169,24 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 			if err != nil {
 				log.Warn("NATS disconnected", "err", err)
 			}
+			if b.lost != nil {
+				select {
+				case b.lost <- struct{}{}:
+				default:
+				}
+			}
 		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted()) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", RedactURL(b.URL())) }),
 	)...)
 	if err != nil {
 		b.emb.stop()
 		return nil, fmt.Errorf("connect to NATS at %s: %w", RedactURL(url), err)
 	}
 	b.NC = nc
+	if b.lost != nil {
+		b.wg.Add(1)
+		go b.keepEmbedded()
+	}
 	if b.JS, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16)); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("JetStream: %w", err)
@@ -528,8 +550,11 @@ func (b *Bus) Blobs(ctx context.Context) (jetstream.ObjectStore, error) {
 func (b *Bus) MaxPayload() int64 { return b.NC.MaxPayload() }
 
 // Close drains the connection and stops the embedded server if this
-// process runs it.
+// process runs it (the other processes sharing its data directory then
+// take it over: see keepEmbedded).
 func (b *Bus) Close() {
+	b.closed.Do(func() { close(b.quit) })
+	b.wg.Wait()
 	if b.NC != nil {
 		_ = b.NC.Drain()
 		for i := 0; i < 100 && b.NC.IsDraining(); i++ {
@@ -537,7 +562,60 @@ func (b *Bus) Close() {
 		}
 		b.NC.Close()
 	}
+	b.embMu.Lock()
+	defer b.embMu.Unlock()
 	b.emb.stop()
+	b.emb = nil
+}
+
+// Connected reports whether the bus is connected to its server now (false
+// while it reconnects), for readiness probes.
+func (b *Bus) Connected() bool { return b.NC != nil && b.NC.IsConnected() }
+
+// hostsEmbedded reports whether this process runs the embedded server.
+func (b *Bus) hostsEmbedded() bool {
+	b.embMu.Lock()
+	defer b.embMu.Unlock()
+	return b.emb != nil
+}
+
+// keepEmbedded keeps a Bus of an embedded server connected when the
+// process hosting the server leaves (or dies): every time the connection
+// is lost, until it is back, it tries to take the data directory's lock
+// and host the server itself, on the same directory and, if it can bind
+// it, the same port. Whichever process wins records the server's URL in
+// the directory, and every client's dialer (dirDialer) dials the URL the
+// directory names, so nats.go's own reconnect loop reaches the new server
+// whoever started it and on whatever port.
+func (b *Bus) keepEmbedded() {
+	defer b.wg.Done()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-b.quit:
+			return
+		case <-b.lost:
+		}
+		for !b.NC.IsConnected() && !b.NC.IsClosed() && !b.hostsEmbedded() {
+			e, err := tryHostEmbedded(b.cfg.DataDir, b.cfg.MaxPayload, b.cfg.Domain, b.dialer.port())
+			if err != nil {
+				b.log.Warn("cannot take over the embedded NATS server", "data_dir", b.cfg.DataDir, "err", err)
+			}
+			if e != nil {
+				b.embMu.Lock()
+				b.emb = e
+				b.embMu.Unlock()
+				b.log.Info("took over the embedded NATS server its host left", "url", e.url, "data_dir", b.cfg.DataDir)
+				break
+			}
+			select {
+			case <-b.quit:
+				return
+			case <-tick.C:
+			}
+		}
+	}
 }
 
 // URL is the server URL this bus is connected to, with its credentials:
@@ -545,6 +623,9 @@ func (b *Bus) Close() {
 // as --nats (the token in the URL). Log RedactURL(URL()), never URL().
 func (b *Bus) URL() string {
 	u := b.NC.ConnectedUrl()
+	if b.dialer != nil && b.dialer.lastAddr() != "" {
+		u = "nats://" + b.dialer.lastAddr() // where the dialer really went
+	}
 	if b.token == "" {
 		return u
 	}

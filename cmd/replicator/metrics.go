@@ -14,9 +14,10 @@ import (
 
 // serveMetrics creates the engine's metrics on a registry of their own,
 // with the Go runtime's and the process's, and exposes them on addr as
-// /metrics, with /healthz and /readyz (every sink's consumer is running),
-// until ctx ends. An empty addr serves nothing.
-func serveMetrics(ctx context.Context, addr string, log *slog.Logger) (*replicate.Metrics, error) {
+// /metrics, with /healthz and /readyz (every sink's consumer is running
+// and connected() is true: the stream's connection is up), until ctx
+// ends. An empty addr serves nothing.
+func serveMetrics(ctx context.Context, addr string, connected func() bool, log *slog.Logger) (*replicate.Metrics, error) {
 	reg := prometheus.NewRegistry()
 	m, err := replicate.NewMetrics(reg)
 	if err != nil {
@@ -28,7 +29,7 @@ func serveMetrics(ctx context.Context, addr string, log *slog.Logger) (*replicat
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, fmt.Errorf("register process metrics: %w", err)
 	}
-	if err := httpops.Serve(ctx, addr, reg, m.Ready, log); err != nil {
+	if err := httpops.Serve(ctx, addr, reg, func() bool { return m.Ready() && connected() }, log); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
 	return m, nil

@@ -59,7 +59,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 		return exitFailed
 	}
 	defer bus.Close()
-	m, err := serveMetrics(ctx, *listen, log)
+	m, err := serveMetrics(ctx, *listen, bus.Connected, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator run: %v\n", err)
 		return exitFailed

@@ -107,7 +107,7 @@ func openCompared(ctx context.Context, cmd string, a comparisonArgs, fs *flag.Fl
 			return nil, exitFailed
 		}
 	}
-	snk, err := spec.Open(ctx)
+	snk, err := spec.OpenReader(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator %s: %v\n", cmd, err)
 		return nil, exitFailed

@@ -89,22 +89,22 @@ func (f *pgFlags) register(fs *flag.FlagSet) {
 
 // openPG opens the deployment f names, the stream, and the publisher
 // with its stored position; closeFn closes them.
-func openPG(ctx context.Context, f *pgFlags, log *slog.Logger, hooks publish.Hooks) (p *publish.Postgres, closeFn func(), err error) {
+func openPG(ctx context.Context, f *pgFlags, log *slog.Logger, hooks publish.Hooks) (p *publish.Postgres, bus *stream.Bus, closeFn func(), err error) {
 	d, err := postgres.OpenDeployment(ctx, f.from, postgres.Stores{Resources: f.stores.resources, Blobs: f.stores.blobs})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	bus, err := stream.Open(ctx, givenIn(f.fs, f.cfg), log)
+	bus, err = stream.Open(ctx, givenIn(f.fs, f.cfg), log)
 	if err != nil {
 		d.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	closeFn = func() { bus.Close(); d.Close() }
 	if p, err = publish.OpenPostgres(ctx, d, bus, f.inflight, log, hooks); err != nil {
 		closeFn()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return p, closeFn, nil
+	return p, bus, closeFn, nil
 }
 
 func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
@@ -124,7 +124,7 @@ func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer, l
 		return snapshotS3(ctx, &f, stdout, stderr, log)
 	}
 	var meter *progress.Meter
-	p, closeFn, err := openPG(ctx, &f, log, meterHooks(&meter))
+	p, _, closeFn, err := openPG(ctx, &f, log, meterHooks(&meter))
 	if err != nil {
 		fmt.Fprintf(stderr, "writer snapshot: %v\n", err)
 		return exitInvalid
@@ -181,7 +181,7 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	}
 	var meter *progress.Meter
 	m := newTailMetrics()
-	p, closeFn, err := openPG(ctx, &f, log, m.hooks(&meter))
+	p, bus, closeFn, err := openPG(ctx, &f, log, m.hooks(&meter))
 	if err != nil {
 		fmt.Fprintf(stderr, "writer tail: %v\n", err)
 		return exitInvalid
@@ -197,7 +197,7 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	}
 	meter = progress.New("tail "+source.Redact(f.from), 0, log)
 	defer meter.Done()
-	if err := httpops.Serve(ctx, *listen, m.reg, m.streaming.Load, log); err != nil {
+	if err := httpops.Serve(ctx, *listen, m.reg, func() bool { return m.streaming.Load() && bus.Connected() }, log); err != nil {
 		fmt.Fprintf(stderr, "writer tail: listen %s: %v\n", *listen, err)
 		return exitInvalid
 	}

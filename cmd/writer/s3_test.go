@@ -116,6 +116,9 @@ func (d *pgS3Deployment) putBlob(t *testing.T, model string, data []byte, ct str
 		t.Fatal(err)
 	}
 	d.blobData[b.FileID] = data
+	if ct == "" {
+		ct = s3test.DefaultContentType // what SpecStar reads back, so what travels
+	}
 	if model != "" {
 		d.all[recordKey(t, model, &events.BlobRecord{FileID: b.FileID, BlobData: data, Size: int64(len(data)), ContentType: ct})] = true
 	}
@@ -138,7 +141,8 @@ func (d *pgS3Deployment) populate(t *testing.T) {
 	small := d.putBlob(t, "doc", []byte("hello"), "text/plain")
 	large := d.putBlob(t, "doc", bytes.Repeat([]byte("0123456789abcdef"), 2<<20/16), "application/octet-stream")
 	pdf := d.putBlob(t, "doc", []byte("%PDF-1.4"), "application/pdf")
-	// No content type: S3 answers a default one, but SpecStar's "" must travel.
+	// No content type: S3 answers a default one, which SpecStar reads back
+	// and so which travels.
 	untyped := d.putBlob(t, "doc", []byte("no type given"), "")
 	d.write(w.Create(ctx, "doc", "doc:1", docPayload("one", small), specstarpg.Write{}))
 	d.write(w.Update(ctx, "doc", "doc:1", docPayload("one+", small, large), specstarpg.Write{}))

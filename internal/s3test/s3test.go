@@ -31,6 +31,11 @@ import (
 // InstallHint is how to get the server binary, quoted when it is missing.
 const InstallHint = "go install github.com/versity/versitygw/cmd/versitygw@v1.8.0"
 
+// DefaultContentType is the Content-Type the server answers for an object
+// stored without one (AWS S3 answers binary/octet-stream), which is what
+// SpecStar reads back for a blob it stored untyped.
+const DefaultContentType = "application/octet-stream"
+
 // Server is a running versitygw, so that tests talk to a real S3 API.
 type Server struct {
 	Endpoint  string // http://127.0.0.1:PORT

@@ -32,6 +32,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -55,6 +56,10 @@ type Options struct {
 	// files of the last unflushed (so unacknowledged) batch empty or
 	// partial until their redelivered events rewrite them.
 	SyncPerBatch bool
+	// ReadOnly opens the sink for reading back only (verify, reconcile):
+	// the root must exist, nothing is created, swept or written, and every
+	// Apply is an error.
+	ReadOnly bool
 }
 
 // Sink is a sink writing a SpecStar disk deployment under one root
@@ -73,8 +78,9 @@ type Sink struct {
 	skipped map[string]map[string]struct{} // OnDuplicate "skip": model -> resource ids whose meta was skipped
 	dbs     map[string]*sql.DB             // SQLite meta stores opened for writing, per model
 	roDBs   map[string]*sql.DB             // SQLite meta stores opened read-only, per model
-	tmpDir  string                         // this process's staging directory
+	tmpDir  string                         // this writer's staging directory
 	tmpMade bool
+	tmpLock *os.File // holds the flock on tmpDir's lock file while the staging directory is in use
 }
 
 // Open opens a sink rooted at root (creating the directory if needed),
@@ -107,7 +113,7 @@ func Open(ctx context.Context, root string, opts Options) (*Sink, error) {
 		dbs:     map[string]*sql.DB{},
 		roDBs:   map[string]*sql.DB{},
 	}
-	if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) && !opts.ReadOnly {
 		if err := os.MkdirAll(abs, 0o755); err != nil {
 			return nil, fmt.Errorf("sink: create root: %w", err)
 		}
@@ -120,44 +126,178 @@ func Open(ctx context.Context, root string, opts Options) (*Sink, error) {
 	} else if !st.IsDir() {
 		return nil, fmt.Errorf("sink: root %s is not a directory", abs)
 	}
-	d.tmpDir = filepath.Join(abs, stagingDir, strconv.Itoa(os.Getpid()))
-	sweepStaging(filepath.Join(abs, stagingDir))
+	if opts.ReadOnly {
+		return d, nil // a reader leaves the staging directories alone
+	}
+	d.tmpDir = filepath.Join(abs, store.StagingDir, stagingID())
+	sweepStaging(filepath.Join(abs, store.StagingDir))
 	return d, nil
 }
 
-// stagingDir holds the temporary files of writes in progress, one
-// subdirectory per process, below the root and so on the same file system
-// (a rename from it into place is atomic). SpecStar opens only its model
-// directories and _blobs, so it never sees it.
-const stagingDir = ".specstar-tmp"
+// The staging directory ({root}/.specstar-tmp, store.StagingDir) holds the
+// temporary files of writes in progress below the root and so on the same
+// file system (a rename from it into place is atomic); SpecStar opens only
+// its model directories and _blobs, so it never sees it. Each writer (each
+// open Sink) has its own subdirectory {id} and holds an flock on the file
+// {id}.lock beside it for as long as it may use it, so whether a writer is
+// alive is told by its lock, which works across PID namespaces (sidecars,
+// Jobs sharing the volume) and on NFS, where a process id means nothing.
 
-// tmpPath returns a fresh temporary name in this process's staging
-// directory, creating the directory on first use.
-func (d *Sink) tmpPath() (string, error) {
+// lockSuffix ends the lock file of a writer's staging directory.
+const lockSuffix = ".lock"
+
+// stagingID names a writer's staging directory: the process id, for
+// people, and random bytes, so two writers never share one.
+func stagingID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+}
+
+// tmpPath returns a fresh temporary name in this writer's staging
+// directory, creating the directory (and taking its lock) on first use,
+// or again when restage is set (the directory went missing under us).
+func (d *Sink) tmpPath(restage bool) (string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.tmpMade {
-		if err := os.MkdirAll(d.tmpDir, 0o755); err != nil {
-			return "", fmt.Errorf("sink: staging directory: %w", err)
+	if d.opts.ReadOnly {
+		return "", fmt.Errorf("sink: disk %s is open read-only", d.root)
+	}
+	if !d.tmpMade || restage {
+		if err := d.ensureStaging(); err != nil {
+			return "", err
 		}
-		d.tmpMade = true
 	}
 	return filepath.Join(d.tmpDir, tmpName()), nil
 }
 
+// stage makes a fresh temporary entry with create (a file, directory or
+// symlink at the path it is given) in this writer's staging directory and
+// returns its path. When the staging directory was removed under the
+// writer (by an older sweeper or by hand), it is recreated, its lock
+// retaken, and create tried once more, so a writer never fails for good.
+func (d *Sink) stage(create func(tmp string) error) (string, error) {
+	for attempt := 0; ; attempt++ {
+		tmp, err := d.tmpPath(attempt > 0)
+		if err != nil {
+			return "", err
+		}
+		err = create(tmp)
+		if err == nil {
+			return tmp, nil
+		}
+		if attempt > 0 || !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+	}
+}
+
+// ensureStaging (d.mu held) takes this writer's lock, unless it still
+// holds the lock file at its path, and creates its staging directory.
+// The lock comes first: a directory without a lock file is an orphan.
+func (d *Sink) ensureStaging() error {
+	lockPath := d.tmpDir + lockSuffix
+	if d.tmpLock != nil && !stillLinked(d.tmpLock, lockPath) {
+		d.tmpLock.Close() // its file was removed: the lock no longer protects us
+		d.tmpLock = nil
+	}
+	if d.tmpLock == nil {
+		f, err := takeLock(lockPath)
+		if err != nil {
+			return err
+		}
+		d.tmpLock = f
+	}
+	if err := os.MkdirAll(d.tmpDir, 0o755); err != nil {
+		return fmt.Errorf("sink: staging directory %s: %w", d.tmpDir, err)
+	}
+	d.tmpMade = true
+	return nil
+}
+
+// takeLock creates (if needed) and flocks the lock file at path, making
+// sure the file locked is still the one at path (a sweeper may remove it
+// between the open and the flock).
+func takeLock(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("sink: staging directory %s: %w", filepath.Dir(path), err)
+	}
+	for range 10 {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("sink: staging lock %s: %w", path, err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("sink: staging lock %s: %w", path, err)
+		}
+		if stillLinked(f, path) {
+			return f, nil
+		}
+		f.Close()
+	}
+	return nil, fmt.Errorf("sink: staging lock %s: removed again and again while being taken", path)
+}
+
+// stillLinked reports whether f is still the file at path.
+func stillLinked(f *os.File, path string) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	pi, err := os.Stat(path)
+	return err == nil && os.SameFile(fi, pi)
+}
+
 // sweepStaging removes what crashed writers left behind: the staging
-// subdirectories of processes that no longer run (and this process's own).
+// directories (and lock files) whose owner's lock can be taken, so no
+// writer holds it. A directory without a lock file is an orphan, except
+// the pid-named ones of writers from before these locks, which are kept
+// while that pid runs.
 func sweepStaging(staging string) {
 	entries, err := os.ReadDir(staging)
 	if err != nil {
 		return
 	}
+	owners := map[string]bool{} // id -> has a lock file
 	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err == nil && pid != os.Getpid() && syscall.Kill(pid, 0) == nil {
-			continue // a live writer's
+		if id, ok := strings.CutSuffix(e.Name(), lockSuffix); ok {
+			owners[id] = true
+		} else if _, seen := owners[e.Name()]; !seen {
+			owners[e.Name()] = false
 		}
-		_ = os.RemoveAll(filepath.Join(staging, e.Name()))
+	}
+	for id, locked := range owners {
+		dir := filepath.Join(staging, id)
+		if locked {
+			sweepOwner(dir, dir+lockSuffix)
+			continue
+		}
+		if pid, err := strconv.Atoi(id); err == nil && pid != os.Getpid() {
+			if err := syscall.Kill(pid, 0); err == nil || errors.Is(err, syscall.EPERM) {
+				continue // an older writer's, in this PID namespace, still running
+			}
+		}
+		_ = os.RemoveAll(dir)
+	}
+}
+
+// sweepOwner removes a staging directory and its lock file if the lock can
+// be taken, holding it meanwhile, so its owner is gone.
+func sweepOwner(dir, lockPath string) {
+	f, err := os.OpenFile(lockPath, os.O_RDWR, 0)
+	if err != nil {
+		return // gone since the listing: someone else swept it
+	}
+	defer f.Close()
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return // a live writer's
+	}
+	if !stillLinked(f, lockPath) {
+		return
+	}
+	if os.RemoveAll(dir) == nil {
+		_ = os.Remove(lockPath)
 	}
 }
 
@@ -177,6 +317,18 @@ func (d *Sink) check(ctx context.Context) error {
 	return nil
 }
 
+// checkWrite is check for the methods that change the store: a sink
+// opened read-only refuses them.
+func (d *Sink) checkWrite(ctx context.Context) error {
+	if err := d.check(ctx); err != nil {
+		return err
+	}
+	if d.opts.ReadOnly {
+		return fmt.Errorf("sink: disk %s is open read-only", d.root)
+	}
+	return nil
+}
+
 // ---------------------------------------------------------------- metas
 
 // ApplyMeta materializes one resource's ResourceMeta, idempotently. By
@@ -188,7 +340,7 @@ func (d *Sink) check(ctx context.Context) error {
 // SpecStar's restore rules instead; a meta identical to the stored one is
 // never a duplicate, so redelivery stays a no-op in every mode.
 func (d *Sink) ApplyMeta(ctx context.Context, model string, meta *events.ResourceMeta) (store.Outcome, error) {
-	if err := d.check(ctx); err != nil {
+	if err := d.checkWrite(ctx); err != nil {
 		return 0, err
 	}
 	if meta == nil {
@@ -315,7 +467,7 @@ func (d *Sink) isSkipped(model, resourceID string) bool {
 // SpecStar's migrate() keeps the uid, so after a migration the v_v1 and
 // v_v2 entries both point at one store directory holding the v2 version.
 func (d *Sink) ApplyRevision(ctx context.Context, model string, res *events.RawResource) (store.Outcome, error) {
-	if err := d.check(ctx); err != nil {
+	if err := d.checkWrite(ctx); err != nil {
 		return 0, err
 	}
 	if res == nil {
@@ -519,11 +671,8 @@ func (d *Sink) writeSlot(slot string, cur slotState, uid string) error {
 		if _, err := d.ensureDir(parent); err != nil {
 			return err
 		}
-		tmp, err := d.tmpPath()
+		tmp, err := d.stage(func(tmp string) error { return os.Symlink(target, tmp) })
 		if err != nil {
-			return err
-		}
-		if err := os.Symlink(target, tmp); err != nil {
 			return fmt.Errorf("sink: index entry: %w", err)
 		}
 		if err := os.Rename(tmp, slot); err != nil {
@@ -536,11 +685,8 @@ func (d *Sink) writeSlot(slot string, cur slotState, uid string) error {
 	if _, err := d.ensureDir(parent); err != nil {
 		return err
 	}
-	tmp, err := d.tmpPath()
+	tmp, err := d.stage(func(tmp string) error { return os.Mkdir(tmp, 0o755) })
 	if err != nil {
-		return err
-	}
-	if err := os.Mkdir(tmp, 0o755); err != nil {
 		return fmt.Errorf("sink: index entry: %w", err)
 	}
 	if err := writeSynced(filepath.Join(tmp, "uid"), []byte(uid), !d.opts.SyncPerBatch); err != nil {
@@ -605,7 +751,7 @@ const copyBufSize = 128 << 10
 // Unchanged (blobs are content-addressed and written once) and data is not
 // read. Memory use does not depend on size.
 func (d *Sink) ApplyBlob(ctx context.Context, fileID string, size int64, contentType string, data io.Reader) (store.Outcome, error) {
-	if err := d.check(ctx); err != nil {
+	if err := d.checkWrite(ctx); err != nil {
 		return 0, err
 	}
 	name, err := store.CheckFileID(fileID)
@@ -639,13 +785,13 @@ func (d *Sink) ApplyBlob(ctx context.Context, fileID string, size int64, content
 	if _, err := d.ensureDir(dir); err != nil {
 		return 0, err
 	}
-	tmp, err := d.tmpPath()
+	var f *os.File
+	tmp, err := d.stage(func(tmp string) (err error) {
+		f, err = os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		return err
+	})
 	if err != nil {
-		return 0, err
-	}
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return 0, fmt.Errorf("sink: blob: %w", err)
+		return 0, fmt.Errorf("sink: blob %s: %w", fileID, err)
 	}
 	ok := false
 	defer func() {
@@ -762,10 +908,15 @@ func (d *Sink) Close() error {
 		return err
 	}
 	d.closed = true
-	if d.tmpMade {
-		// Empty unless a write failed half-way; leave no trace otherwise.
-		_ = os.Remove(d.tmpDir)
-		_ = os.Remove(filepath.Dir(d.tmpDir))
+	if d.tmpLock != nil {
+		// Empty unless a write failed half-way, and nobody else uses it:
+		// leave no trace. The lock goes last, released by the Close.
+		if os.RemoveAll(d.tmpDir) == nil && stillLinked(d.tmpLock, d.tmpDir+lockSuffix) {
+			_ = os.Remove(d.tmpDir + lockSuffix)
+		}
+		d.tmpLock.Close()
+		d.tmpLock = nil
+		_ = os.Remove(filepath.Dir(d.tmpDir)) // only if no other writer's is there
 	}
 	for _, m := range []map[string]*sql.DB{d.dbs, d.roDBs} {
 		for model, db := range m {
@@ -832,11 +983,8 @@ func (d *Sink) ensureDir(dir string) ([]string, error) {
 // fsynced and renamed into place, so that no reader and no crash ever sees
 // a partial file.
 func (d *Sink) writeFileAtomic(dir, name string, data []byte) error {
-	tmp, err := d.tmpPath()
+	tmp, err := d.stage(func(tmp string) error { return writeSynced(tmp, data, !d.opts.SyncPerBatch) })
 	if err != nil {
-		return err
-	}
-	if err := writeSynced(tmp, data, !d.opts.SyncPerBatch); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {

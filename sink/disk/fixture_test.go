@@ -145,7 +145,7 @@ func snapshot(t *testing.T, root string) map[string]string {
 			return err
 		}
 		rel, _ := filepath.Rel(root, p)
-		if e.IsDir() && e.Name() == stagingDir {
+		if e.IsDir() && e.Name() == store.StagingDir {
 			return filepath.SkipDir // temporary files of writes in progress
 		}
 		switch {

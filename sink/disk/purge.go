@@ -41,7 +41,7 @@ const purgeGraveyardPrefix = store.TmpPrefix + "purge-"
 // redelivered after the purge (at-least-once delivery) re-creates what it
 // carries; a later redelivery of the purge removes it again.
 func (d *Sink) ApplyPurge(ctx context.Context, model, resourceID string, purgedAt events.Time) (store.Outcome, error) {
-	if err := d.check(ctx); err != nil {
+	if err := d.checkWrite(ctx); err != nil {
 		return 0, err
 	}
 	if err := store.CheckModel(model); err != nil {

@@ -113,3 +113,11 @@ func (s *Spec) Holds() (revisions, blobs bool) { return true, true }
 func (s *Spec) Open(ctx context.Context) (*Sink, error) {
 	return Open(ctx, s.Root, s.Options)
 }
+
+// OpenReadOnly opens the sink the Spec names for reading back only (see
+// Options.ReadOnly).
+func (s *Spec) OpenReadOnly(ctx context.Context) (*Sink, error) {
+	opts := s.Options
+	opts.ReadOnly = true
+	return Open(ctx, s.Root, opts)
+}

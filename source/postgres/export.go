@@ -13,7 +13,6 @@ import (
 
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/source/internal/stores"
 )
 
 // ExportStats count what Export wrote.
@@ -149,7 +148,7 @@ func (e *exporter) endModel(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("blob %s: %w", id, err)
 		}
-		if err := e.w.Write(&events.BlobRecord{FileID: id, BlobData: data, Size: int64(len(data)), ContentType: stores.ContentType(e.blobs, bin, ref)}); err != nil {
+		if err := e.w.Write(&events.BlobRecord{FileID: id, BlobData: data, Size: int64(len(data)), ContentType: bin.ContentType.Value}); err != nil {
 			return err
 		}
 		e.stats.Blobs++

@@ -80,11 +80,10 @@ func Snapshot(ctx context.Context, revs Revisions, blobs Blobs, models []string,
 			h.Progress(st)
 		}
 	}
-	// file_id -> index of the first model referencing it, with untyped set
-	// when a reference gives no content type: S3 answers a default type
-	// for such an object, and SpecStar's "" must travel instead.
+	// file_id -> index of the first model referencing it. A blob's content
+	// type is what S3 answers, as SpecStar reads it (S3's default for a
+	// blob SpecStar stored without one), not the payload reference's.
 	owner := map[[16]byte]int32{}
-	const untyped = 1 << 30
 	for mi, model := range models {
 		err := revs.WalkRevisions(ctx, model, func(raw *events.RawResource) error {
 			b, err := raw.Encode(events.Msgpack)
@@ -98,9 +97,6 @@ func Snapshot(ctx context.Context, revs Revisions, blobs Blobs, models []string,
 					if k, ok := fileKey(ref.FileID); ok {
 						if _, seen := owner[k]; !seen {
 							owner[k] = int32(mi)
-						}
-						if ref.ContentType == "" {
-							owner[k] |= untyped
 						}
 					}
 				}
@@ -122,10 +118,6 @@ func Snapshot(ctx context.Context, revs Revisions, blobs Blobs, models []string,
 	err := blobs.WalkBlobs(ctx, func(b *events.Binary, open func(context.Context) (io.ReadCloser, error)) error {
 		k, ok := fileKey(b.FileID.Value)
 		mi, referenced := owner[k]
-		if mi&untyped != 0 {
-			mi &^= untyped
-			b.ContentType = events.Some("")
-		}
 		if !ok || !referenced {
 			st.UnreferencedBlobs++
 			if len(models) == 0 {

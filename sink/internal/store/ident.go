@@ -23,6 +23,11 @@ const BlobsDir = "_blobs"
 // "no_ver"/"v_" prefixes, store and blob files by exact name.
 const TmpPrefix = ".tmp-"
 
+// StagingDir is the directory below a disk sink's root that holds the
+// staging directories of writers (temporary files, and the locks that say
+// which writer is alive); a model of that name would be swept away.
+const StagingDir = ".specstar-tmp"
+
 // Segment checks that s can be used as one path segment below the sink
 // root: not empty, not "." or "..", no "/" (so neither absolute nor able to
 // climb), no NUL, at most max bytes. kind and raw name the identifier in the
@@ -47,13 +52,22 @@ func Segment(kind, raw, s string, max int) error {
 	return nil
 }
 
-// CheckModel validates a model name: it becomes {root}/{model}.
+// CheckModel validates a model name: it becomes {root}/{model}. The names
+// the sink keeps for itself beside the models are refused: BlobsDir,
+// StagingDir, and every name starting with TmpPrefix (the sink's temporary
+// names, such as a purge's .tmp-purge-* graveyards).
 func CheckModel(model string) error {
 	if err := Segment("model", model, model, MaxSegment); err != nil {
 		return err
 	}
-	if model == BlobsDir {
-		return Invalid(fmt.Sprintf("model %q", model), "collides with the blob store directory")
+	key := fmt.Sprintf("model %q", model)
+	switch {
+	case model == BlobsDir:
+		return Invalid(key, "collides with the blob store directory")
+	case model == StagingDir:
+		return Invalid(key, "collides with the sink's staging directory")
+	case strings.HasPrefix(model, TmpPrefix):
+		return Invalidf(key, "starts with %q, which the sink keeps for its temporary names", TmpPrefix)
 	}
 	return nil
 }

@@ -63,14 +63,3 @@ func OpenBlobStore(ctx context.Context, spec string) (s3 BlobWalker, disk BlobOp
 	}
 	return s, nil, func() { s.Close() }, nil
 }
-
-// ContentType is a blob's content type: the blob store's, except for S3,
-// whose objects carry it as S3's Content-Type, filled with a default
-// (application/octet-stream) where SpecStar gave none; there the payload's
-// reference is SpecStar's own record of it.
-func ContentType(store BlobOpener, bin *events.Binary, ref events.BinaryRef) string {
-	if _, ok := store.(*s3sink.Sink); ok {
-		return ref.ContentType
-	}
-	return bin.ContentType.Value
-}
