@@ -176,12 +176,14 @@ func FuzzParseTime(f *testing.F) {
 	})
 }
 
-// FuzzDecodeOwnRecords covers our own additive tags, BlobRefRecord and
-// PurgeRecord, and the generic Binary reference finder.
+// FuzzDecodeOwnRecords covers our own additive tags, BlobRefRecord,
+// RecordRefRecord and PurgeRecord, and the generic Binary reference finder.
 func FuzzDecodeOwnRecords(f *testing.F) {
 	ref, _ := (&BlobRefRecord{FileID: "64d2f845e7abbc3eaffacd9148e270be", Size: 70000, Bucket: "SPECSTAR_BLOBS"}).Encode(Msgpack)
 	purge, _ := (&PurgeRecord{ResourceID: "issue:1", PurgedTime: Time{Time: time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)}}).Encode(Msgpack)
+	rref, _ := (&RecordRefRecord{RecordTag: TagRevision, Object: RecordObjectName([]byte("x")), Size: 1, Bucket: "SPECSTAR_BLOBS"}).Encode(Msgpack)
 	f.Add(ref)
+	f.Add(rref)
 	f.Add(purge)
 	f.Add([]byte(`{"file":{"file_id":"a6cd5e9392000f6ac44bdff4074eecdb","size":1}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -190,6 +192,18 @@ func FuzzDecodeOwnRecords(f *testing.F) {
 			if err == nil {
 				stable(t, "BlobRefRecord", first, func(b []byte) ([]byte, error) {
 					r2, err := DecodeBlobRef(b)
+					if err != nil {
+						return nil, err
+					}
+					return r2.Encode(Msgpack)
+				})
+			}
+		}
+		if r, err := DecodeRecordRef(data); err == nil {
+			first, err := r.Encode(Msgpack)
+			if err == nil {
+				stable(t, "RecordRefRecord", first, func(b []byte) ([]byte, error) {
+					r2, err := DecodeRecordRef(b)
 					if err != nil {
 						return nil, err
 					}

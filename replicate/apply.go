@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/sink"
@@ -156,13 +158,27 @@ func (w *Worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
 	if err != nil {
 		return "", invalid("%v", err)
 	}
-	payload := msg.Data()
+	return w.applyPayload(ctx, model, msg.Data(), true)
+}
+
+// applyPayload applies one record's payload to the sink; byRef allows a
+// RecordRefRecord, whose payload is fetched from the object store.
+func (w *Worker) applyPayload(ctx context.Context, model string, payload []byte, byRef bool) (string, error) {
 	tag, err := events.PeekTag(events.Msgpack, payload)
 	if err != nil {
 		return "", invalid("undecodable record: %v", err)
 	}
 	var out sink.Outcome
 	switch tag {
+	case events.TagRecordRef:
+		if !byRef {
+			return "", invalid("a RecordRefRecord refers to another")
+		}
+		full, err := w.fetchRecord(ctx, payload)
+		if err != nil {
+			return "", err
+		}
+		return w.applyPayload(ctx, model, full, false)
 	case events.TagMeta:
 		rec, err := events.DecodeRecord(events.Msgpack, payload)
 		if err != nil {
@@ -239,6 +255,37 @@ func (w *Worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
 		return "ignored", nil // a tag this sink has nothing to store for
 	}
 	return out.String(), nil
+}
+
+// fetchRecord reads the payload a RecordRefRecord refers to from the
+// object store, checking its size and content address.
+func (w *Worker) fetchRecord(ctx context.Context, refPayload []byte) ([]byte, error) {
+	ref, err := events.DecodeRecordRef(refPayload)
+	if err != nil {
+		return nil, invalid("RecordRefRecord: %v", err)
+	}
+	if ref.Size < 0 || ref.Size > acbak.DefaultMaxFrame {
+		return nil, invalid("RecordRefRecord: a record of %d bytes", ref.Size)
+	}
+	r, err := w.bus.OpenBlob(ctx, ref.Bucket, ref.Object)
+	if (errors.Is(err, jetstream.ErrObjectNotFound) || errors.Is(err, jetstream.ErrBucketNotFound)) && !w.bus.IsMirror() {
+		return nil, invalid("record %s is not in object store %s", ref.Object, ref.Bucket)
+	}
+	if err != nil {
+		return nil, err // transient, or a mirror's object store lagging
+	}
+	defer r.Close()
+	full, err := io.ReadAll(io.LimitReader(r, ref.Size+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(full)) != ref.Size || events.RecordObjectName(full) != ref.Object {
+		return nil, invalid("record %s in object store %s: %d bytes that do not match its name and size %d", ref.Object, ref.Bucket, len(full), ref.Size)
+	}
+	if tag, err := events.PeekTag(events.Msgpack, full); err != nil || tag != ref.RecordTag {
+		return nil, invalid("record %s in object store %s is not the %s it should be", ref.Object, ref.Bucket, ref.RecordTag)
+	}
+	return full, nil
 }
 
 // deadLetter moves an event the sink can never apply to the dead-letter

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/specstar/replicator/acbak"
+	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/testfixtures"
 	"github.com/specstar/replicator/replicate"
@@ -210,4 +211,113 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return sum
+}
+
+// TestRecordsLargerThanAMessage (issue 12, item 7): a revision or meta
+// larger than the server's max payload (1 MiB by default) could not be
+// replicated at all: the publish failed with "maximum payload exceeded",
+// and a live tail meeting one would fail forever. Such a record now goes
+// through the object store, as large blobs do, and arrives intact.
+func TestRecordsLargerThanAMessage(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bus, err := stream.Open(ctx, stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+
+	var meta *events.ResourceMeta
+	var res *events.RawResource
+	f, err := os.Open(testfixtures.Path(t, "small.acbak"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for fr, err := range acbak.NewReader(f, acbak.Options{}).All() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch r := fr.Record.(type) {
+		case *events.MetaRecord:
+			if meta == nil {
+				meta, _ = r.Meta()
+			}
+		case *events.RevisionRecord:
+			if res == nil {
+				res, _ = r.Resource()
+			}
+		}
+	}
+	big := *res
+	big.Info.UID = "00000000-0000-4000-8000-0000000b1600"
+	big.Info.RevisionID = meta.ResourceID + ":99"
+	big.Info.ResourceID = meta.ResourceID
+	big.RawData = []byte(`{"title":"` + strings.Repeat("x", 3<<20) + `"}`)
+	big.Info.DataHash = events.Some(dedup.DataHash(big.RawData))
+	bigMeta := *meta
+	bigMeta.IndexedData = events.Some[events.Value](events.Map{{Key: "pad", Value: strings.Repeat("y", 2<<20)}})
+
+	pub := bus.NewPublisher(4)
+	var records []events.Record
+	for _, r := range []interface {
+		Encode(events.Encoding) ([]byte, error)
+	}{&bigMeta, &big} {
+		data, err := r.Encode(events.Msgpack)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := r.(*events.ResourceMeta); ok {
+			records = append(records, &events.MetaRecord{Data: data})
+		} else {
+			records = append(records, &events.RevisionRecord{Data: data})
+		}
+	}
+	for _, rec := range records {
+		env, err := events.EnvelopeFor(bus.Prefix(), "issue", rec, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pub.Publish(ctx, env); err != nil {
+			t.Fatalf("publish a %d-byte %s: %v", len(env.Payload), rec.Tag(), err)
+		}
+	}
+	if err := pub.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	snk, err := sink.Open(ctx, "disk:"+t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snk.Close()
+	cfg := replicate.DefaultConfig()
+	cfg.UntilDrained = true
+	w, err := replicate.NewWorker(bus, snk, replicate.Options{Config: cfg, Name: "big"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := w.Stats(); st.Applied != 2 || st.DeadLettered != 0 {
+		t.Fatalf("stats %+v, want both large records applied", st)
+	}
+	rd := snk.(sink.Reader)
+	gotMeta, err := rd.Meta(ctx, "issue", meta.ResourceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := gotMeta.Encode(events.Msgpack)
+	b, _ := bigMeta.Encode(events.Msgpack)
+	if !bytes.Equal(a, b) {
+		t.Errorf("the large meta came back different (%d bytes, want %d)", len(a), len(b))
+	}
+	_, data, err := rd.Revision(ctx, "issue", big.Info.ResourceID, big.Info.RevisionID, big.Info.SchemaVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(data, big.RawData) {
+		t.Errorf("the large revision came back different (%d bytes, want %d)", len(data), len(big.RawData))
+	}
 }

@@ -57,8 +57,17 @@ func (b *Bus) NewPublisher(maxInflight int) *Publisher {
 func (p *Publisher) FitsInline(n int) bool { return int64(n)+headroom <= p.bus.MaxPayload() }
 
 // Publish sends one envelope, waiting for older acknowledgements while
-// MaxInflight are outstanding.
+// MaxInflight are outstanding. A record too large for one message (a
+// revision or meta over the server's max payload) goes to the object
+// store and travels as a RecordRefRecord, under the same subject and
+// message id.
 func (p *Publisher) Publish(ctx context.Context, env *events.Envelope) error {
+	if !p.FitsInline(len(env.Payload)) {
+		var err error
+		if env, err = p.byReference(ctx, env); err != nil {
+			return err
+		}
+	}
 	msg := nats.NewMsg(env.Subject)
 	for k, v := range env.Headers {
 		msg.Header.Set(k, v)
@@ -128,6 +137,29 @@ func (p *Publisher) publishSync(ctx context.Context, msg *nats.Msg) error {
 		p.count(ack, msg)
 		return nil
 	}, bo)
+}
+
+// byReference puts env's payload in the object store under its content
+// address and returns the envelope that refers to it instead.
+func (p *Publisher) byReference(ctx context.Context, env *events.Envelope) (*events.Envelope, error) {
+	tag := env.Headers[events.HeaderTag]
+	if tag == events.TagBlob || tag == events.TagBlobRef || tag == events.TagRecordRef {
+		// Blobs are streamed into the object store by their publishers
+		// (BlobRefRecord); one arriving here whole is a caller's mistake.
+		return nil, fmt.Errorf("publish %s: a %s of %d bytes does not fit in one message", env.Subject, tag, len(env.Payload))
+	}
+	name := events.RecordObjectName(env.Payload)
+	if err := p.PutBlob(ctx, name, env.Payload); err != nil {
+		return nil, fmt.Errorf("publish %s: %w", env.Subject, err)
+	}
+	ref := &events.RecordRefRecord{RecordTag: tag, Object: name, Size: int64(len(env.Payload)), Bucket: p.bus.BlobBucket()}
+	payload, err := ref.Encode(events.Msgpack)
+	if err != nil {
+		return nil, err
+	}
+	out := *env
+	out.Payload = payload
+	return &out, nil
 }
 
 // PutBlob stores a blob too large for one message in the object store
