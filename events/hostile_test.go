@@ -6,6 +6,7 @@ package events
 import (
 	"bytes"
 	"encoding/binary"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -176,5 +177,60 @@ func TestParseSubjectRoundTrips(t *testing.T) {
 		if _, _, err := ParseSubject("specstar", bad); err == nil {
 			t.Errorf("ParseSubject(%q) accepted it", bad)
 		}
+	}
+}
+
+// TestDecodingBombIsRefused (issue 12, item 9): a MetaRecord whose
+// indexed_data is a list of N one-byte items decoded into a []any of N
+// interfaces: a 64 MiB frame took 3 GB, and 150 metas of 900 KB pushed
+// `replicator mirror` to 2.4 GB. Decoding now stops, with the reason,
+// once a record holds far more values than its size allows, so the
+// memory it takes stays a small multiple of its bytes; ordinary metas
+// decode as before.
+func TestDecodingBombIsRefused(t *testing.T) {
+	meta, _ := firstRecords(t)
+	const n = 4 << 20
+	items := make([]any, n)
+	for i := range items {
+		items[i] = int64(1)
+	}
+	bomb := *meta
+	bomb.IndexedData = Some[Value](Map{{Key: "pad", Value: items}})
+	data, err := bomb.Encode(Msgpack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items = nil
+	bomb.IndexedData = Opt[Value]{}
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = DecodeResourceMeta(Msgpack, data)
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "values in") {
+		t.Fatalf("a %d-byte meta with %d one-byte items decoded: %v", len(data), n, err)
+	}
+	if used, limit := after.TotalAlloc-before.TotalAlloc, uint64(8*len(data)); used > limit {
+		t.Errorf("refusing it allocated %d MiB for a %d MiB record, want at most %d MiB", used>>20, len(data)>>20, limit>>20)
+	}
+
+	// A list of 100,000 small ints in indexed_data still decodes.
+	ok := *meta
+	list := make([]any, 100_000)
+	for i := range list {
+		list[i] = int64(i % 100)
+	}
+	ok.IndexedData = Some[Value](Map{{Key: "tags", Value: list}})
+	if data, err = ok.Encode(Msgpack); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeResourceMeta(Msgpack, data); err != nil {
+		t.Fatalf("a meta with a 100,000-item list: %v", err)
+	}
+	// And in JSON, the same budget.
+	bombJSON := []byte(`{"current_revision_id":"a:1","resource_id":"a","total_revision_count":1,"created_time":"2024-01-01T00:00:00Z",` +
+		`"updated_time":"2024-01-01T00:00:00Z","created_by":"x","updated_by":"x","indexed_data":{"pad":[` + strings.Repeat("1,", n) + `1]}}`)
+	if _, err := DecodeResourceMeta(JSON, bombJSON); err == nil || !strings.Contains(err.Error(), "values in") {
+		t.Fatalf("a JSON meta with %d one-byte items decoded: %v", n, err)
 	}
 }

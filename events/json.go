@@ -54,8 +54,9 @@ func appendJSONBytes(b []byte, p []byte) []byte {
 
 // jsReader walks one JSON document held in memory.
 type jsReader struct {
-	b   []byte
-	off int
+	b     []byte
+	off   int
+	nodes int // Any values decoded so far (see nodeBudget)
 }
 
 func (r *jsReader) errf(format string, args ...any) error {

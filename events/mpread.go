@@ -24,8 +24,9 @@ const maxDepth = 256
 // (vmihailenco's Skip/DecodeRaw recurse with no depth limit). The type codes
 // are vmihailenco's msgpcode constants.
 type mpReader struct {
-	b   []byte
-	off int
+	b     []byte
+	off   int
+	nodes int // Any values decoded so far (see nodeBudget)
 }
 
 // DecodeError is a malformed or mistyped value, with its byte offset inside

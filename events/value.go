@@ -65,10 +65,21 @@ type Ext struct {
 // ErrIntOverflow is msgspec's "can't serialize ints < -2**63 or > 2**64 - 1".
 var ErrIntOverflow = errors.New("can't serialize ints < -2**63 or > 2**64 - 1 in msgpack")
 
+// nodeBudget is how many Any values (dict, list and scalar nodes) one
+// record of n bytes may decode into. A decoded node takes 16 to 40 bytes
+// while its encoding can take one, so a list of N one-byte items made a
+// 64 MiB frame take 3 GB; the budget keeps a record's tree within a small
+// multiple of its bytes, and legitimate records (indexed_data holds a few
+// index fields) far below it.
+func nodeBudget(n int) int { return 1<<18 + n/4 }
+
 // value decodes one msgpack value as msgspec decodes into Any.
 func (r *mpReader) value(depth int) (Value, error) {
 	if depth > maxDepth {
 		return nil, r.errf("nesting deeper than %d", maxDepth)
+	}
+	if r.nodes++; r.nodes > nodeBudget(len(r.b)) {
+		return nil, r.errf("more than %d values in %d bytes: refused, as decoding them would take far more memory than the record", nodeBudget(len(r.b)), len(r.b))
 	}
 	c, err := r.peek()
 	if err != nil {
@@ -116,7 +127,9 @@ func (r *mpReader) value(depth int) (Value, error) {
 		if n > len(r.b)-r.off {
 			return nil, r.errf("array of %d items exceeds the %d bytes that remain", n, len(r.b)-r.off)
 		}
-		out := make([]any, 0, n)
+		// The header's count is the sender's claim: never allocate more
+		// than the node budget still allows.
+		out := make([]any, 0, min(n, max(nodeBudget(len(r.b))-r.nodes, 0)))
 		for i := 0; i < n; i++ {
 			v, err := r.value(depth + 1)
 			if err != nil {
@@ -133,7 +146,7 @@ func (r *mpReader) value(depth int) (Value, error) {
 		if 2*n > len(r.b)-r.off {
 			return nil, r.errf("map of %d items exceeds the %d bytes that remain", n, len(r.b)-r.off)
 		}
-		out := make(Map, 0, n)
+		out := make(Map, 0, min(n, max(nodeBudget(len(r.b))-r.nodes, 0)/2))
 		for i := 0; i < n; i++ {
 			k, err := r.value(depth + 1)
 			if err != nil {
@@ -158,6 +171,9 @@ func (r *mpReader) value(depth int) (Value, error) {
 func (r *jsReader) value(depth int) (Value, error) {
 	if depth > maxDepth {
 		return nil, r.errf("nesting deeper than %d", maxDepth)
+	}
+	if r.nodes++; r.nodes > nodeBudget(len(r.b)) {
+		return nil, r.errf("more than %d values in %d bytes: refused, as decoding them would take far more memory than the record", nodeBudget(len(r.b)), len(r.b))
 	}
 	c, err := r.peek()
 	if err != nil {
