@@ -4,13 +4,19 @@ package main
 // review (issue 12), kept together so the list stays visible.
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/specstar/replicator/internal/pgtest"
+	"github.com/specstar/replicator/internal/specstarpg"
 	"github.com/specstar/replicator/internal/testfixtures"
 	"github.com/specstar/replicator/stream"
 )
@@ -51,5 +57,122 @@ func TestReplayKeepsTheStreamsSettings(t *testing.T) {
 	code, _, errs = runWriter(t, "replay", testfixtures.Path(t, "small.acbak"), "--nats", bus.URL(), "--duplicate-window", "1h")
 	if code == exitOK || !strings.Contains(errs, "duplicate-window") {
 		t.Fatalf("replay with a differing --duplicate-window: exit %d, %s", code, errs)
+	}
+}
+
+// runWriterWithin is runWriter for a command that must end by itself
+// within d: a regression that makes it run on fails instead of hanging.
+func runWriterWithin(t *testing.T, d time.Duration, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := run(ctx, args, &out, &errb)
+	if ctx.Err() != nil {
+		t.Fatalf("writer %v did not end within %v (exit %d):\n%s%s", args[0], d, code, out.String(), errb.String())
+	}
+	return code, out.String(), errb.String()
+}
+
+// testStream is an embedded JetStream server for one test.
+func testStream(t *testing.T) *stream.Bus {
+	t.Helper()
+	bus, err := stream.Open(context.Background(), stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bus.Close)
+	return bus
+}
+
+// deploymentAt writes a small SpecStar deployment (model issue, three
+// resources) under a fresh table prefix of dsn, dropped at cleanup, and
+// returns the writer and the source URL naming the prefix.
+func deploymentAt(t *testing.T, dsn, stem string) (*specstarpg.Writer, string) {
+	t.Helper()
+	ctx := context.Background()
+	prefix := fmt.Sprintf("%s_%d_", stem, time.Now().UnixNano()%1_000_000_000)
+	w, err := specstarpg.Open(ctx, dsn, specstarpg.Options{TablePrefix: prefix})
+	if err != nil {
+		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", dsn, err)
+	}
+	t.Cleanup(func() { w.DropAll(context.Background()); w.Close() })
+	if err := w.CreateModel(ctx, "issue"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		rid := fmt.Sprintf("issue:%d", i)
+		if _, err := w.Create(ctx, "issue", rid, payload(rid, i), specstarpg.Write{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	return w, dsn + sep + "table_prefix=" + prefix
+}
+
+// TestLogicalTailStopsOnReplicaServer (issue 12, item 17): `writer tail
+// --mode logical` against a server with wal_level=replica (the shared
+// test server) retried forever, logging the same error every 30 s. A
+// condition no wait can change now ends the command, non-zero, with the
+// reason.
+func TestLogicalTailStopsOnReplicaServer(t *testing.T) {
+	_, from := deploymentAt(t, pgDSN(), "replica")
+	bus := testStream(t)
+	code, out, errs := runWriterWithin(t, 45*time.Second, "tail", "--mode", "logical", "--from", from, "--nats", bus.URL(), "--listen", "")
+	if code == exitOK || !strings.Contains(errs, "wal_level=replica") {
+		t.Fatalf("tail --mode logical on a wal_level=replica server: exit %d, want non-zero naming wal_level\n%s%s", code, out, errs)
+	}
+	t.Logf("exit %d: %s", code, strings.TrimSpace(errs[strings.LastIndex(errs, "writer tail:"):]))
+}
+
+// TestLogicalTailStopsOnPermanentConditions (issue 12, item 17): on a
+// wal_level=logical server, a user without the REPLICATION attribute and
+// a prefix without meta tables were retried forever too; both now end
+// `writer tail --mode logical` non-zero with the reason, before any
+// publication or slot is created.
+func TestLogicalTailStopsOnPermanentConditions(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.LogicalCluster(t)
+	bus := testStream(t)
+	tail := func(from string) (int, string) {
+		t.Helper()
+		code, out, errs := runWriterWithin(t, 45*time.Second, "tail", "--mode", "logical", "--from", from, "--nats", bus.URL(), "--listen", "")
+		return code, out + errs
+	}
+
+	// No meta table under the prefix.
+	code, out := tail(dsn + "&table_prefix=nothing_here_")
+	if code == exitOK || !strings.Contains(out, "no meta tables") {
+		t.Fatalf("tail of a prefix without tables: exit %d, want non-zero naming the missing tables\n%s", code, out)
+	}
+
+	// A user who may read the tables but not replicate.
+	_, from := deploymentAt(t, dsn, "norepl")
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		`CREATE ROLE norepl LOGIN NOREPLICATION`,
+		`GRANT SELECT ON ALL TABLES IN SCHEMA public TO norepl`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	code, out = tail(strings.Replace(from, "postgres@", "norepl@", 1))
+	if code == exitOK || !strings.Contains(out, "REPLICATION") {
+		t.Fatalf("tail as a user without REPLICATION: exit %d, want non-zero naming the attribute\n%s", code, out)
+	}
+	var pubs, slots int
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_publication), (SELECT count(*) FROM pg_replication_slots)`).Scan(&pubs, &slots); err != nil {
+		t.Fatal(err)
+	}
+	if pubs != 0 || slots != 0 {
+		t.Errorf("the refused tails left %d publications and %d slots behind", pubs, slots)
 	}
 }

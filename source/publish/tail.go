@@ -34,7 +34,9 @@ type TailOptions struct {
 // it happens, until ctx ends: by logical replication, or by polling, as
 // o.Mode says (ModeAuto: logical where the server allows it). It is a
 // service: losing Postgres (a restart, a failover) or the stream is waited
-// out with backoff, resuming from the stored position. It returns the
+// out with backoff, resuming from the stored position; a condition no
+// wait changes (postgres.IsPermanent: wal_level not logical, no
+// REPLICATION attribute, a missing meta table) stops it. It returns the
 // mode it used and the error that stopped it (ctx's when interrupted),
 // after storing the position.
 func (p *Postgres) Tail(ctx context.Context, o TailOptions) (mode string, err error) {
@@ -71,6 +73,10 @@ func (p *Postgres) Tail(ctx context.Context, o TailOptions) (mode string, err er
 		}
 		streaming(false)
 		if ctx.Err() != nil {
+			break
+		}
+		if postgres.IsPermanent(err) {
+			p.log.Error("tail stopped: waiting cannot fix this", "mode", mode, "err", err)
 			break
 		}
 		if serr := p.Save(context.WithoutCancel(ctx)); serr != nil {
