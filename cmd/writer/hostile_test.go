@@ -6,10 +6,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -174,5 +180,98 @@ func TestLogicalTailStopsOnPermanentConditions(t *testing.T) {
 	}
 	if pubs != 0 || slots != 0 {
 		t.Errorf("the refused tails left %d publications and %d slots behind", pubs, slots)
+	}
+}
+
+// startTail runs `writer tail` with args in the background; stop ends it
+// and returns what it printed (stdout, then stderr).
+func startTail(t *testing.T, args ...string) (stop func() string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan string, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		run(ctx, append([]string{"tail"}, args...), &out, &errb)
+		done <- out.String() + errb.String()
+	}()
+	var once sync.Once
+	var printed string
+	stop = func() string {
+		once.Do(func() { cancel(); printed = <-done })
+		return printed
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// waitMsgs waits until the stream holds at least n events.
+func waitMsgs(t *testing.T, bus *stream.Bus, n uint64, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if info, err := bus.Stream.Info(context.Background()); err == nil && info.State.Msgs >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tail never published %s", what)
+		}
+	}
+}
+
+// TestPollTailPublishesPurges (issue 12, item 23): a tail in poll mode
+// never saw a meta row that was deleted (SpecStar's permanent delete), so
+// the mirror kept the resource until someone ran `reconcile --prune`. Now
+// the poller lists the meta tables' ids every --purge-check and publishes
+// a PurgeRecord for each one gone: the mirror drops the resource and
+// verifies equal to Postgres.
+func TestPollTailPublishesPurges(t *testing.T) {
+	ctx := context.Background()
+	w, from := deploymentAt(t, pgDSN(), "pollpurge")
+	bus := testStream(t)
+	stop := startTail(t, "--mode", "poll", "--from", from, "--nats", bus.URL(), "--interval", "100ms",
+		"--purge-check", "300ms", "--listen", "")
+	waitMsgs(t, bus, 6, "its snapshot (3 metas, 3 revisions)")
+	// A change the poller publishes: after it, issue:2 is known to it.
+	if _, err := w.Update(ctx, "issue", "issue:2", payload("changed", 9), specstarpg.Write{}); err != nil {
+		t.Fatal(err)
+	}
+	waitMsgs(t, bus, 8, "the update (its meta and new revision)")
+	// SpecStar's permanent delete: the meta row and the resource's index rows.
+	conn, err := pgx.Connect(ctx, pgDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		`DELETE FROM ` + pgx.Identifier{w.MetaTable("issue")}.Sanitize() + ` WHERE resource_id = 'issue:2'`,
+		`DELETE FROM ` + pgx.Identifier{w.IndexTable()}.Sanitize() + ` WHERE resource_id = 'issue:2'`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	repl := buildBinary(t, "../replicator")
+	mirror := t.TempDir()
+	gone := filepath.Join(mirror, "issue", "meta", "issue:2.data")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if out, err := exec.Command(repl, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", mirror).CombinedOutput(); err != nil {
+			t.Fatalf("replicator run: %v\n%s", err, out)
+		}
+		if _, err := os.Stat(gone); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the delete the mirror still holds issue:2 (no purge published)\ntail: %s", stop())
+		}
+	}
+	for _, rid := range []string{"issue:1", "issue:3"} {
+		if _, err := os.Stat(filepath.Join(mirror, "issue", "meta", rid+".data")); err != nil {
+			t.Errorf("%s was removed from the mirror too: %v", rid, err)
+		}
+	}
+	if out, err := exec.Command(repl, "verify", "--source", from, "--sink", mirror).CombinedOutput(); err != nil || !bytes.Contains(out, []byte(": equal:")) {
+		t.Fatalf("verify: %v\n%s", err, out)
+	}
+	if out := stop(); !strings.Contains(out, "(poll) stopped") {
+		t.Fatalf("tail: %s", out)
 	}
 }
