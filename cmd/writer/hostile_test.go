@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -273,5 +274,75 @@ func TestPollTailPublishesPurges(t *testing.T) {
 	}
 	if out := stop(); !strings.Contains(out, "(poll) stopped") {
 		t.Fatalf("tail: %s", out)
+	}
+}
+
+// logged returns the integer attribute key of the last log line of out
+// whose message ends with msgSuffix.
+func logged(t *testing.T, out, msgSuffix, key string) int64 {
+	t.Helper()
+	lines := strings.Split(out, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := lines[i]
+		if !strings.Contains(l, msgSuffix+`"`) {
+			continue
+		}
+		_, rest, ok := strings.Cut(l, " "+key+"=")
+		if !ok {
+			break
+		}
+		v, _, _ := strings.Cut(rest, " ")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q in %s", key, v, l)
+		}
+		return n
+	}
+	t.Fatalf("no %q line with %s= in:\n%s", msgSuffix, key, out)
+	return 0
+}
+
+// TestFinalCountsAgree (issue 12, item 24): the tail's final progress
+// line was short of its own summary (with a blob store given, the meter
+// was updated before a revision's blobs were looked for, and not after),
+// and `replicator verify --source postgres://...` logged records=0
+// bytes=0 after a successful check (a live source reports no progress).
+// Now both final lines give the true counts.
+func TestFinalCountsAgree(t *testing.T) {
+	_, from := deploymentAt(t, pgDSN(), "counts")
+	from += "&blobs=" + t.TempDir() // a DiskBlobStore (empty: no payload references a blob)
+	bus := testStream(t)
+	stop := startTail(t, "--mode", "poll", "--from", from, "--nats", bus.URL(), "--interval", "100ms", "--listen", "")
+	waitMsgs(t, bus, 6, "its snapshot (3 metas, 3 revisions)")
+	out := stop()
+	var published int64
+	if _, err := fmt.Sscanf(out[strings.Index(out, "stopped: ")+len("stopped: "):], "%d events published", &published); err != nil || published != 6 {
+		t.Fatalf("tail summary: %v\n%s", err, out)
+	}
+	if got := logged(t, out, " done", "records"); got != published {
+		t.Errorf("the tail's final progress line says records=%d, its summary %d events published", got, published)
+	}
+
+	repl := buildBinary(t, "../replicator")
+	mirror := t.TempDir()
+	if out, err := exec.Command(repl, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", mirror).CombinedOutput(); err != nil {
+		t.Fatalf("replicator run: %v\n%s", err, out)
+	}
+	cmd := exec.Command(repl, "verify", "--source", from, "--sink", mirror)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("verify: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	var metas, revisions, blobs int64
+	summary := stdout.String()
+	if _, err := fmt.Sscanf(summary[strings.Index(summary, ": equal: ")+len(": equal: "):], "%d metas, %d revisions, %d blobs compared", &metas, &revisions, &blobs); err != nil {
+		t.Fatalf("verify summary: %v\n%s", err, summary)
+	}
+	if got := logged(t, stderr.String(), " done", "records"); got != metas+revisions+blobs || got != 6 {
+		t.Errorf("verify's final progress line says records=%d, its summary %d metas, %d revisions, %d blobs\n%s", got, metas, revisions, blobs, stderr.String())
+	}
+	if got := logged(t, stderr.String(), " done", "bytes"); got <= 0 {
+		t.Errorf("verify's final progress line says bytes=%d after reading 6 records", got)
 	}
 }
