@@ -4,6 +4,7 @@ package main
 // review (issue 12), kept together so the list stays visible.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/url"
@@ -120,5 +121,71 @@ func TestSecretsNeverShow(t *testing.T) {
 	}
 	if strings.Contains(all, secret) {
 		t.Fatalf("the password shows:\n%s", all)
+	}
+}
+
+func runCmdWithin(t *testing.T, d time.Duration, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	code := run(ctx, args, &out, &errb)
+	if ctx.Err() != nil {
+		t.Fatalf("%v did not end within %v:\n%s%s", args, d, out.String(), errb.String())
+	}
+	return code, out.String(), errb.String()
+}
+
+func TestIncompatibleMetaTableDeadLetters(t *testing.T) {
+	ctx := context.Background()
+	conn, prefix := pgTables(t, "broken")
+	broken := prefix + "issue_meta" // small.acbak's first model
+	_, err := conn.Exec(ctx, `CREATE TABLE "`+broken+`" (resource_id TEXT PRIMARY KEY, data TEXT NOT NULL,
+		created_time TIMESTAMP NOT NULL, updated_time TIMESTAMP NOT NULL, created_by TEXT NOT NULL,
+		updated_by TEXT NOT NULL, is_deleted BOOLEAN NOT NULL)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := pgDSN() + pgSep() + "table_prefix=" + prefix + "&revisions=true&name=pgbroken"
+	bus := testBus(t)
+	archive := testfixtures.Path(t, "small.acbak")
+	replay(t, bus, archive)
+
+	code, out, errs := runCmdWithin(t, time.Minute, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", pg)
+	if code != exitOK || !strings.Contains(out, "4 dead-lettered") {
+		t.Fatalf("run --until-drained: exit %d, want the 4 issue metas dead-lettered\n%s%s", code, out, errs)
+	}
+	// Everything but the issue metas is in Postgres: the only differences
+	// verify finds are those four.
+	code, out, _ = runCmd(t, "verify", "--archive", archive, "--sink", pg)
+	var diffs []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.Contains(line, "model ") {
+			diffs = append(diffs, line)
+		}
+	}
+	if code == exitOK || len(diffs) != 4 || !strings.Contains(out, "4 differences") {
+		t.Fatalf("verify: exit %d, want exactly the 4 issue metas missing:\n%s", code, out)
+	}
+	for _, d := range diffs {
+		if !strings.Contains(d, `model "issue" meta`) {
+			t.Errorf("verify: a difference outside the broken model: %s", d)
+		}
+	}
+	var users int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM "`+prefix+`user_meta"`).Scan(&users); err != nil || users != 2 {
+		t.Fatalf("user_meta holds %d rows (%v), want small.acbak's 2", users, err)
+	}
+	// The dead letters say why, naming table and column.
+	code, list, errs := runCmd(t, "dlq", "list", "--nats", bus.URL(), "--sink", "pgbroken")
+	lines := strings.Split(strings.TrimSpace(list), "\n")
+	if code != exitOK || len(lines) != 5 || lines[4] != "4 dead letters" {
+		t.Fatalf("dlq list: exit %d\n%s%s", code, list, errs)
+	}
+	for _, l := range lines[:4] {
+		if !strings.Contains(l, "subject=specstar.issue.meta") || !strings.Contains(l, "reason=") ||
+			!strings.Contains(l, `table "`+broken+`"`) || !strings.Contains(l, `column "data"`) {
+			t.Errorf("dead letter without the table and column in its reason: %s", l)
+		}
 	}
 }

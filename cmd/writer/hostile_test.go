@@ -4,15 +4,25 @@ package main
 // review (issue 12), kept together so the list stays visible.
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/specstar/replicator/internal/pgtest"
+	"github.com/specstar/replicator/internal/specstarpg"
 	"github.com/specstar/replicator/internal/testfixtures"
 	"github.com/specstar/replicator/stream"
 )
@@ -95,5 +105,252 @@ func TestReplayPublishesNothingFromABadArchive(t *testing.T) {
 	}
 	if n := msgs(bus); n == 0 {
 		t.Fatal("replay --no-check published nothing: the test's archive is not truncated where it should be")
+	}
+}
+
+func runWriterWithin(t *testing.T, d time.Duration, args ...string) (int, string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var out, errb bytes.Buffer
+	code := run(ctx, args, &out, &errb)
+	if ctx.Err() != nil {
+		t.Fatalf("writer %v did not end within %v (exit %d):\n%s%s", args[0], d, code, out.String(), errb.String())
+	}
+	return code, out.String(), errb.String()
+}
+
+func testStream(t *testing.T) *stream.Bus {
+	t.Helper()
+	bus, err := stream.Open(context.Background(), stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bus.Close)
+	return bus
+}
+
+func deploymentAt(t *testing.T, dsn, stem string) (*specstarpg.Writer, string) {
+	t.Helper()
+	ctx := context.Background()
+	prefix := fmt.Sprintf("%s_%d_", stem, time.Now().UnixNano()%1_000_000_000)
+	w, err := specstarpg.Open(ctx, dsn, specstarpg.Options{TablePrefix: prefix})
+	if err != nil {
+		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", dsn, err)
+	}
+	t.Cleanup(func() { w.DropAll(context.Background()); w.Close() })
+	if err := w.CreateModel(ctx, "issue"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		rid := fmt.Sprintf("issue:%d", i)
+		if _, err := w.Create(ctx, "issue", rid, payload(rid, i), specstarpg.Write{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	return w, dsn + sep + "table_prefix=" + prefix
+}
+
+func TestLogicalTailStopsOnReplicaServer(t *testing.T) {
+	_, from := deploymentAt(t, pgDSN(), "replica")
+	bus := testStream(t)
+	code, out, errs := runWriterWithin(t, 45*time.Second, "tail", "--mode", "logical", "--from", from, "--nats", bus.URL(), "--listen", "")
+	if code == exitOK || !strings.Contains(errs, "wal_level=replica") {
+		t.Fatalf("tail --mode logical on a wal_level=replica server: exit %d, want non-zero naming wal_level\n%s%s", code, out, errs)
+	}
+	t.Logf("exit %d: %s", code, strings.TrimSpace(errs[strings.LastIndex(errs, "writer tail:"):]))
+}
+
+func TestLogicalTailStopsOnPermanentConditions(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.LogicalCluster(t)
+	bus := testStream(t)
+	tail := func(from string) (int, string) {
+		t.Helper()
+		code, out, errs := runWriterWithin(t, 45*time.Second, "tail", "--mode", "logical", "--from", from, "--nats", bus.URL(), "--listen", "")
+		return code, out + errs
+	}
+
+	// No meta table under the prefix.
+	code, out := tail(dsn + "&table_prefix=nothing_here_")
+	if code == exitOK || !strings.Contains(out, "no meta tables") {
+		t.Fatalf("tail of a prefix without tables: exit %d, want non-zero naming the missing tables\n%s", code, out)
+	}
+
+	// A user who may read the tables but not replicate.
+	_, from := deploymentAt(t, dsn, "norepl")
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		`CREATE ROLE norepl LOGIN NOREPLICATION`,
+		`GRANT SELECT ON ALL TABLES IN SCHEMA public TO norepl`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	code, out = tail(strings.Replace(from, "postgres@", "norepl@", 1))
+	if code == exitOK || !strings.Contains(out, "REPLICATION") {
+		t.Fatalf("tail as a user without REPLICATION: exit %d, want non-zero naming the attribute\n%s", code, out)
+	}
+	var pubs, slots int
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_publication), (SELECT count(*) FROM pg_replication_slots)`).Scan(&pubs, &slots); err != nil {
+		t.Fatal(err)
+	}
+	if pubs != 0 || slots != 0 {
+		t.Errorf("the refused tails left %d publications and %d slots behind", pubs, slots)
+	}
+}
+
+func startTail(t *testing.T, args ...string) (stop func() string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan string, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		run(ctx, append([]string{"tail"}, args...), &out, &errb)
+		done <- out.String() + errb.String()
+	}()
+	var once sync.Once
+	var printed string
+	stop = func() string {
+		once.Do(func() { cancel(); printed = <-done })
+		return printed
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+func waitMsgs(t *testing.T, bus *stream.Bus, n uint64, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if info, err := bus.Stream.Info(context.Background()); err == nil && info.State.Msgs >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tail never published %s", what)
+		}
+	}
+}
+
+func TestPollTailPublishesPurges(t *testing.T) {
+	ctx := context.Background()
+	w, from := deploymentAt(t, pgDSN(), "pollpurge")
+	bus := testStream(t)
+	stop := startTail(t, "--mode", "poll", "--from", from, "--nats", bus.URL(), "--interval", "100ms",
+		"--purge-check", "300ms", "--listen", "")
+	waitMsgs(t, bus, 6, "its snapshot (3 metas, 3 revisions)")
+	// A change the poller publishes: after it, issue:2 is known to it.
+	if _, err := w.Update(ctx, "issue", "issue:2", payload("changed", 9), specstarpg.Write{}); err != nil {
+		t.Fatal(err)
+	}
+	waitMsgs(t, bus, 8, "the update (its meta and new revision)")
+	// SpecStar's permanent delete: the meta row and the resource's index rows.
+	conn, err := pgx.Connect(ctx, pgDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		`DELETE FROM ` + pgx.Identifier{w.MetaTable("issue")}.Sanitize() + ` WHERE resource_id = 'issue:2'`,
+		`DELETE FROM ` + pgx.Identifier{w.IndexTable()}.Sanitize() + ` WHERE resource_id = 'issue:2'`,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	repl := buildBinary(t, "../replicator")
+	mirror := t.TempDir()
+	gone := filepath.Join(mirror, "issue", "meta", "issue:2.data")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if out, err := exec.Command(repl, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", mirror).CombinedOutput(); err != nil {
+			t.Fatalf("replicator run: %v\n%s", err, out)
+		}
+		if _, err := os.Stat(gone); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the delete the mirror still holds issue:2 (no purge published)\ntail: %s", stop())
+		}
+	}
+	for _, rid := range []string{"issue:1", "issue:3"} {
+		if _, err := os.Stat(filepath.Join(mirror, "issue", "meta", rid+".data")); err != nil {
+			t.Errorf("%s was removed from the mirror too: %v", rid, err)
+		}
+	}
+	if out, err := exec.Command(repl, "verify", "--source", from, "--sink", mirror).CombinedOutput(); err != nil || !bytes.Contains(out, []byte(": equal:")) {
+		t.Fatalf("verify: %v\n%s", err, out)
+	}
+	if out := stop(); !strings.Contains(out, "(poll) stopped") {
+		t.Fatalf("tail: %s", out)
+	}
+}
+
+func logged(t *testing.T, out, msgSuffix, key string) int64 {
+	t.Helper()
+	lines := strings.Split(out, "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := lines[i]
+		if !strings.Contains(l, msgSuffix+`"`) {
+			continue
+		}
+		_, rest, ok := strings.Cut(l, " "+key+"=")
+		if !ok {
+			break
+		}
+		v, _, _ := strings.Cut(rest, " ")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q in %s", key, v, l)
+		}
+		return n
+	}
+	t.Fatalf("no %q line with %s= in:\n%s", msgSuffix, key, out)
+	return 0
+}
+
+func TestFinalCountsAgree(t *testing.T) {
+	_, from := deploymentAt(t, pgDSN(), "counts")
+	from += "&blobs=" + t.TempDir() // a DiskBlobStore (empty: no payload references a blob)
+	bus := testStream(t)
+	stop := startTail(t, "--mode", "poll", "--from", from, "--nats", bus.URL(), "--interval", "100ms", "--listen", "")
+	waitMsgs(t, bus, 6, "its snapshot (3 metas, 3 revisions)")
+	out := stop()
+	var published int64
+	if _, err := fmt.Sscanf(out[strings.Index(out, "stopped: ")+len("stopped: "):], "%d events published", &published); err != nil || published != 6 {
+		t.Fatalf("tail summary: %v\n%s", err, out)
+	}
+	if got := logged(t, out, " done", "records"); got != published {
+		t.Errorf("the tail's final progress line says records=%d, its summary %d events published", got, published)
+	}
+
+	repl := buildBinary(t, "../replicator")
+	mirror := t.TempDir()
+	if out, err := exec.Command(repl, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", mirror).CombinedOutput(); err != nil {
+		t.Fatalf("replicator run: %v\n%s", err, out)
+	}
+	cmd := exec.Command(repl, "verify", "--source", from, "--sink", mirror)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("verify: %v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	var metas, revisions, blobs int64
+	summary := stdout.String()
+	if _, err := fmt.Sscanf(summary[strings.Index(summary, ": equal: ")+len(": equal: "):], "%d metas, %d revisions, %d blobs compared", &metas, &revisions, &blobs); err != nil {
+		t.Fatalf("verify summary: %v\n%s", err, summary)
+	}
+	if got := logged(t, stderr.String(), " done", "records"); got != metas+revisions+blobs || got != 6 {
+		t.Errorf("verify's final progress line says records=%d, its summary %d metas, %d revisions, %d blobs\n%s", got, metas, revisions, blobs, stderr.String())
+	}
+	if got := logged(t, stderr.String(), " done", "bytes"); got <= 0 {
+		t.Errorf("verify's final progress line says bytes=%d after reading 6 records", got)
 	}
 }

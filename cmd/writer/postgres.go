@@ -159,6 +159,7 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	fs.StringVar(&o.Mode, "mode", publish.ModeAuto, "how to follow changes: logical (replication slot, pgoutput), poll (keyset polling on updated_time), or auto (logical where the server allows it, else poll)")
 	fs.DurationVar(&o.Interval, "interval", postgres.DefaultPollInterval, "poll mode: poll interval when nothing changed")
 	fs.DurationVar(&o.Overlap, "overlap", postgres.DefaultPollOverlap, "poll mode: re-read window for commits that become visible late")
+	fs.DurationVar(&o.PurgeCheck, "purge-check", postgres.DefaultPurgeCheck, "poll mode: how often the meta tables' ids are listed to publish a purge for each deleted row (negative: never)")
 	lo := &o.Logical
 	fs.StringVar(&lo.Slot, "slot", postgres.DefaultLogicalSlot, "logical mode: replication slot name")
 	fs.StringVar(&lo.Publication, "publication", postgres.DefaultLogicalPublication, "logical mode: publication name")

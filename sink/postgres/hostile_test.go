@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/sink/internal/sinktestutil"
 	"github.com/specstar/replicator/sink/internal/store"
@@ -35,4 +36,42 @@ func TestYearOutsidePythonRangeRefused(t *testing.T) {
 		}
 	}
 	pgFlush(t, p)
+}
+
+func TestIncompatibleMetaTableIsInvalid(t *testing.T) {
+	ctx := context.Background()
+	conn := pgAdmin(t)
+	prefix := pgPrefix(t)
+	p := pgOpen(t, Options{TablePrefix: prefix})
+	for _, tc := range []struct{ model, column, ddl string }{
+		{"broken", "data", `resource_id TEXT PRIMARY KEY, data TEXT NOT NULL, created_time TIMESTAMP NOT NULL,
+			updated_time TIMESTAMP NOT NULL, created_by TEXT NOT NULL, updated_by TEXT NOT NULL, is_deleted BOOLEAN NOT NULL`},
+		{"skewed", "updated_time", `resource_id TEXT PRIMARY KEY, data BYTEA NOT NULL, created_time TIMESTAMP NOT NULL,
+			updated_time TEXT NOT NULL, created_by TEXT NOT NULL, updated_by TEXT NOT NULL, is_deleted BOOLEAN NOT NULL`},
+	} {
+		table := prefix + tc.model + "_meta"
+		if _, err := conn.Exec(ctx, `CREATE TABLE `+pgx.Identifier{table}.Sanitize()+` (`+tc.ddl+`)`); err != nil {
+			t.Fatal(err)
+		}
+		_, err := p.ApplyMeta(ctx, tc.model, sinktestutil.Meta(t, tc.model+":1", "2024-05-01T00:00:00Z", 1, "a"))
+		if err == nil || !store.IsInvalid(err) || !strings.Contains(err.Error(), table) || !strings.Contains(err.Error(), `"`+tc.column+`"`) {
+			t.Fatalf("meta of %s (column %s retyped): want an InvalidError naming table %s and column %s, got %v",
+				tc.model, tc.column, table, tc.column, err)
+		}
+		t.Logf("%s: %v", tc.model, err)
+		// Purges of that model are refused the same way.
+		if _, err := p.ApplyPurge(ctx, tc.model, tc.model+":1", sinktestutil.MustTime(t, "2024-05-02T00:00:00Z")); !store.IsInvalid(err) {
+			t.Fatalf("purge of %s: want an InvalidError, got %v", tc.model, err)
+		}
+	}
+	// Another model is not held back.
+	good := sinktestutil.Meta(t, "issue:1", "2024-05-01T00:00:00Z", 1, "a")
+	if _, err := p.ApplyMeta(ctx, "issue", good); err != nil {
+		t.Fatalf("meta of a sound model: %v", err)
+	}
+	pgFlush(t, p)
+	got, err := p.Meta(ctx, "issue", "issue:1")
+	if err != nil || got.CurrentRevisionID != good.CurrentRevisionID {
+		t.Fatalf("the sound model's meta after Flush: %v, %v", got, err)
+	}
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/specstar/replicator/sink/internal/store"
 )
 
 // The contract's Postgres schema, created when missing and upgraded the way
@@ -17,7 +19,9 @@ import (
 // them nullable) is added with ALTER TABLE ... ADD COLUMN; nothing is ever
 // dropped, renamed or retyped, and a table whose columns have other types,
 // that lacks a column SpecStar always had, or that has no unique index for
-// the upserts' conflict target is refused with an error naming it.
+// the upserts' conflict target is refused with an *InvalidError naming
+// table and column: no retry can fix it, so the engine dead-letters that
+// table's records and goes on with the other models.
 //
 // Index names are unique per schema in Postgres, while the contract's are
 // per table (idx_created_time on every meta table), so they are prefixed
@@ -186,12 +190,13 @@ func pgEnsureTable(ctx context.Context, tx pgx.Tx, s pgTableSpec) error {
 		typ, ok := have[c.name]
 		switch {
 		case ok && typ != c.typ:
-			return fmt.Errorf("sink: postgres table %q column %q has type %s, but SpecStar's schema says %s (columns are never retyped)",
-				s.name, c.name, typ, c.typ)
+			return store.Invalidf(fmt.Sprintf("table %q column %q", s.name, c.name),
+				"has type %s, but SpecStar's schema says %s (the sink never retypes a column: fix the table, then replay the dead letters)",
+				typ, c.typ)
 		case ok:
 		case c.required:
-			return fmt.Errorf("sink: postgres table %q has no column %q, which SpecStar's schema always had: not a SpecStar table",
-				s.name, c.name)
+			return store.Invalidf(fmt.Sprintf("table %q column %q", s.name, c.name),
+				"missing, and SpecStar's schema always had it: not a SpecStar table")
 		default:
 			add := "ALTER TABLE " + ident + " ADD COLUMN IF NOT EXISTS " + c.name + " " + c.def
 			if _, err := tx.Exec(ctx, add); err != nil {
@@ -223,8 +228,8 @@ func pgEnsureTable(ctx context.Context, tx pgx.Tx, s pgTableSpec) error {
 		found = found || slices.Equal(u, want)
 	}
 	if !found {
-		return fmt.Errorf("sink: postgres table %q has no primary key or unique index on (%s), which SpecStar's schema has",
-			s.name, strings.Join(s.unique, ", "))
+		return store.Invalidf(fmt.Sprintf("table %q", s.name), "has no primary key or unique index on (%s), which SpecStar's schema has",
+			strings.Join(s.unique, ", "))
 	}
 
 	// One-column indexes of the contract, unless the column has one.

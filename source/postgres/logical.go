@@ -111,7 +111,8 @@ func (s *Source) logicalTables(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	if len(models) == 0 {
-		return nil, errors.New("source: logical setup: no meta tables found to publish")
+		return nil, &PermanentError{fmt.Errorf("source: logical setup: no meta tables found to publish (table_prefix %q, meta_table %q)",
+			s.opts.TablePrefix, s.tmpl)}
 	}
 	var tables []string
 	for _, m := range models {
@@ -144,6 +145,15 @@ func (s *Source) SetupLogical(ctx context.Context, dsn string, o LogicalOptions)
 	o, err := o.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	// Check before creating anything: a publication made on a server that
+	// cannot decode would be left behind.
+	why, ok, err := logicalAllowed(ctx, s.pool)
+	if err != nil {
+		return nil, fmt.Errorf("source: logical setup: %w", err)
+	}
+	if !ok {
+		return nil, &PermanentError{fmt.Errorf("source: logical replication is not possible here: %s", why)}
 	}
 	tables, err := s.logicalTables(ctx)
 	if err != nil {
@@ -777,16 +787,29 @@ func LogicalAvailable(ctx context.Context, dsn string) (string, bool) {
 		return fmt.Sprintf("cannot check the server: %v", err), false
 	}
 	defer conn.Close(ctx)
-	var level string
-	var allowed bool
-	if err := conn.QueryRow(ctx, "SELECT current_setting('wal_level'), (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user)").Scan(&level, &allowed); err != nil {
+	why, ok, err := logicalAllowed(ctx, conn)
+	if err != nil {
 		return fmt.Sprintf("cannot check the server: %v", err), false
 	}
+	return why, ok
+}
+
+// logicalAllowed says whether the server runs wal_level=logical and the
+// user may replicate, and if not, why; err is set only when it could not
+// be asked.
+func logicalAllowed(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (why string, ok bool, err error) {
+	var level string
+	var allowed bool
+	if err := q.QueryRow(ctx, "SELECT current_setting('wal_level'), (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user)").Scan(&level, &allowed); err != nil {
+		return "", false, fmt.Errorf("check wal_level and the REPLICATION attribute: %w", err)
+	}
 	if level != "logical" {
-		return fmt.Sprintf("the server runs wal_level=%s, and logical replication needs wal_level=logical", level), false
+		return fmt.Sprintf("the server runs wal_level=%s, and logical replication needs wal_level=logical", level), false, nil
 	}
 	if !allowed {
-		return "the user has no REPLICATION attribute", false
+		return "the user has no REPLICATION attribute", false, nil
 	}
-	return "", true
+	return "", true, nil
 }

@@ -95,6 +95,19 @@ func (s *Source) snapshotCursor(ctx context.Context, tx pgx.Tx, models []string)
 	return c, nil
 }
 
+// PollOptions tune Poll.
+type PollOptions struct {
+	// Interval is the sleep after a poll that emitted nothing (0:
+	// DefaultPollInterval).
+	Interval time.Duration
+	// Overlap is the re-read window for rows committed late with an older
+	// updated_time (0: DefaultPollOverlap; negative: none).
+	Overlap time.Duration
+	// PurgeCheck is how often the meta tables' resource ids are listed to
+	// find deleted rows (0: DefaultPurgeCheck; negative: never).
+	PurgeCheck time.Duration
+}
+
 // Poll is the live mode for servers without wal_level=logical: it polls
 // each meta table by keyset on (updated_time, resource_id), from the
 // cursor's time minus overlap (0 means DefaultPollOverlap; negative, none)
@@ -106,18 +119,23 @@ func (s *Source) snapshotCursor(ctx context.Context, tx pgx.Tx, models []string)
 // one write per revision of a changed resource each time it changes). Rows re-read within the window are
 // recognized by the md5 of their data (ModelCursor.Recent) and not emitted
 // again, so each poll costs a re-read of the window's rows but emits only
-// changes. A meta row that disappears (a permanent delete) is not
-// detected.
+// changes. A meta row that disappears (a permanent delete) is found by a
+// purge check, at Poll's start and then every o.PurgeCheck: each meta
+// table's ids are listed and compared with the previous check's list and
+// the ids emitted since (see purgecheck.go), and a PurgeRecord, stamped
+// with the time of the listing's snapshot, is emitted for each id gone.
+// Rows deleted while no Poll ran are not seen (the first check of a run
+// only takes the list); `reconcile --prune` finds those.
 //
 // It loops until ctx ends (returning ctx.Err()) or emit fails, sleeping
-// interval (0 means DefaultPollInterval) after a poll that emitted
-// nothing. cur, given with each record, is the cursor to restart from once
+// o.Interval after a poll that emitted nothing. cur, given with each record, is the cursor to restart from once
 // that record and all before it are handled (it covers a resource only
 // with its last record); it is Poll's own and changes after emit returns:
 // marshal it or Clone it there. Models are those of the options, or
 // discovered again at each poll; a model absent from the cursor is read
 // from its first row.
-func (s *Source) Poll(ctx context.Context, from Cursor, interval, overlap time.Duration, emit func(model string, rec events.Record, cur Cursor) error) error {
+func (s *Source) Poll(ctx context.Context, from Cursor, o PollOptions, emit func(model string, rec events.Record, cur Cursor) error) error {
+	interval, overlap := o.Interval, o.Overlap
 	if interval <= 0 {
 		interval = DefaultPollInterval
 	}
@@ -128,11 +146,33 @@ func (s *Source) Poll(ctx context.Context, from Cursor, interval, overlap time.D
 		overlap = 0
 	}
 	cur := from.Clone()
+	if cur.Models == nil {
+		cur.Models = map[string]*ModelCursor{}
+	}
+	var pc *purgeCheck
+	saw := func(string, string) {}
+	if o.PurgeCheck >= 0 {
+		every := o.PurgeCheck
+		if every == 0 {
+			every = DefaultPurgeCheck
+		}
+		var err error
+		if pc, err = newPurgeCheck(every); err != nil {
+			return err
+		}
+		defer pc.close()
+		saw = pc.saw
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
 	for {
-		n, err := s.pollOnce(ctx, &cur, overlap, emit)
+		n, err := s.pollOnce(ctx, &cur, overlap, emit, saw)
+		if err == nil && pc != nil && pc.due() {
+			var purged int
+			purged, err = s.runPurgeCheck(ctx, pc, &cur, emit)
+			n += purged
+		}
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return ctxErr
 		}
@@ -154,7 +194,7 @@ func (s *Source) Poll(ctx context.Context, from Cursor, interval, overlap time.D
 // pollOnce polls every model once and returns how many resources it
 // emitted.
 func (s *Source) pollOnce(ctx context.Context, cur *Cursor, overlap time.Duration,
-	emit func(string, events.Record, Cursor) error) (int, error) {
+	emit func(string, events.Record, Cursor) error, saw func(model, rid string)) (int, error) {
 	models, err := s.models(ctx, s.pool)
 	if err != nil {
 		return 0, err
@@ -166,7 +206,7 @@ func (s *Source) pollOnce(ctx context.Context, cur *Cursor, overlap time.Duratio
 			mc = &ModelCursor{}
 			cur.Models[model] = mc
 		}
-		n, err := s.pollModel(ctx, model, cur, mc, overlap, emit)
+		n, err := s.pollModel(ctx, model, cur, mc, overlap, emit, saw)
 		total += n
 		if err != nil {
 			return total, err
@@ -176,7 +216,7 @@ func (s *Source) pollOnce(ctx context.Context, cur *Cursor, overlap time.Duratio
 }
 
 func (s *Source) pollModel(ctx context.Context, model string, cur *Cursor, mc *ModelCursor, overlap time.Duration,
-	emit func(string, events.Record, Cursor) error) (int, error) {
+	emit func(string, events.Record, Cursor) error, saw func(model, rid string)) (int, error) {
 	table, err := s.metaTable(model)
 	if err != nil {
 		return 0, err
@@ -194,7 +234,7 @@ func (s *Source) pollModel(ctx context.Context, model string, cur *Cursor, mc *M
 	scanRID, first := "", true
 	emitted := 0
 	for {
-		page, err := s.pollPage(ctx, model, table, q, scanT.UTC(), scanRID, first, cur, mc, emit)
+		page, err := s.pollPage(ctx, model, table, q, scanT.UTC(), scanRID, first, cur, mc, emit, saw)
 		emitted += page.emitted
 		if err != nil {
 			return emitted, err
@@ -223,7 +263,7 @@ type pollPageResult struct {
 // REPEATABLE READ transaction (so a meta and its revisions agree) and
 // emits the changed resources.
 func (s *Source) pollPage(ctx context.Context, model, table, q string, scanT time.Time, scanRID string, first bool,
-	cur *Cursor, mc *ModelCursor, emit func(string, events.Record, Cursor) error) (pollPageResult, error) {
+	cur *Cursor, mc *ModelCursor, emit func(string, events.Record, Cursor) error, saw func(model, rid string)) (pollPageResult, error) {
 	var res pollPageResult
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -260,6 +300,7 @@ func (s *Source) pollPage(ctx context.Context, model, table, q string, scanT tim
 			advance(m)
 			mc.Recent[m.rid] = Seen{UpdatedTime: m.updated, Hash: m.hash}
 			res.emitted++
+			saw(model, m.rid)
 		}
 		return emit(model, rec, *cur)
 	})

@@ -299,7 +299,7 @@ func TestPostgresS3Poll(t *testing.T) {
 	done := make(chan error, 1)
 	recs := make(chan emitted, 100)
 	go func() {
-		done <- src.Poll(ctx, st.Cursor, 50*time.Millisecond, 0, func(model string, rec events.Record, _ Cursor) error {
+		done <- src.Poll(ctx, st.Cursor, PollOptions{Interval: 50 * time.Millisecond}, func(model string, rec events.Record, _ Cursor) error {
 			recs <- emitted{model: model, rec: rec}
 			return nil
 		})

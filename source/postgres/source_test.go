@@ -486,7 +486,7 @@ func startPoll(t *testing.T, src *Source, from Cursor) (<-chan pollRec, func() e
 	out := make(chan pollRec, 1000)
 	done := make(chan error, 1)
 	go func() {
-		done <- src.Poll(ctx, from, 100*time.Millisecond, 0, func(model string, rec events.Record, cur Cursor) error {
+		done <- src.Poll(ctx, from, PollOptions{Interval: 100 * time.Millisecond}, func(model string, rec events.Record, cur Cursor) error {
 			b, err := json.Marshal(cur)
 			if err != nil {
 				return err

@@ -97,8 +97,11 @@ func (p *Publisher) Publish(ctx context.Context, model string, rec events.Record
 		p.hooks.Published()
 	}
 	if rr, ok := rec.(*events.RevisionRecord); ok && p.blobs != nil {
-		return p.publishBlobs(ctx, model, rr)
+		if err := p.publishBlobs(ctx, model, rr); err != nil {
+			return err
+		}
 	}
+	// After the blobs too, so the last report counts every event.
 	if p.hooks.Progress != nil {
 		p.hooks.Progress(p.events, p.bytes)
 	}

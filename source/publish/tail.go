@@ -24,8 +24,9 @@ const (
 type TailOptions struct {
 	// Mode is ModeAuto, ModeLogical or ModePoll.
 	Mode string
-	// Interval and Overlap configure polling (see postgres.Source.Poll).
-	Interval, Overlap time.Duration
+	// Interval, Overlap and PurgeCheck configure polling (see
+	// postgres.PollOptions).
+	Interval, Overlap, PurgeCheck time.Duration
 	// Logical names the slot and publication of logical replication.
 	Logical postgres.LogicalOptions
 }
@@ -34,7 +35,9 @@ type TailOptions struct {
 // it happens, until ctx ends: by logical replication, or by polling, as
 // o.Mode says (ModeAuto: logical where the server allows it). It is a
 // service: losing Postgres (a restart, a failover) or the stream is waited
-// out with backoff, resuming from the stored position. It returns the
+// out with backoff, resuming from the stored position; a condition no
+// wait changes (postgres.IsPermanent: wal_level not logical, no
+// REPLICATION attribute, a missing meta table) stops it. It returns the
 // mode it used and the error that stopped it (ctx's when interrupted),
 // after storing the position.
 func (p *Postgres) Tail(ctx context.Context, o TailOptions) (mode string, err error) {
@@ -67,10 +70,14 @@ func (p *Postgres) Tail(ctx context.Context, o TailOptions) (mode string, err er
 		if mode == ModeLogical {
 			err = p.tailLogical(ctx, p.dsn, o.Logical)
 		} else {
-			err = p.tailPoll(ctx, o.Interval, o.Overlap)
+			err = p.tailPoll(ctx, postgres.PollOptions{Interval: o.Interval, Overlap: o.Overlap, PurgeCheck: o.PurgeCheck})
 		}
 		streaming(false)
 		if ctx.Err() != nil {
+			break
+		}
+		if postgres.IsPermanent(err) {
+			p.log.Error("tail stopped: waiting cannot fix this", "mode", mode, "err", err)
 			break
 		}
 		if serr := p.Save(context.WithoutCancel(ctx)); serr != nil {
@@ -98,16 +105,16 @@ func (p *Postgres) Tail(ctx context.Context, o TailOptions) (mode string, err er
 	return mode, err
 }
 
-func (p *Postgres) tailPoll(ctx context.Context, interval, overlap time.Duration) error {
+func (p *Postgres) tailPoll(ctx context.Context, o postgres.PollOptions) error {
 	if !p.State.SnapshotDone {
 		p.log.Info("no completed snapshot of this source: taking one first")
 		if _, err := p.Snapshot(ctx); err != nil {
 			return fmt.Errorf("snapshot: %w", err)
 		}
 	}
-	p.log.Info("following changes by polling", "interval", interval.String(), "overlap", overlap.String())
+	p.log.Info("following changes by polling", "interval", o.Interval.String(), "overlap", o.Overlap.String(), "purge_check", o.PurgeCheck.String())
 	last := time.Now()
-	return p.src.Poll(ctx, *p.State.Cursor, interval, overlap, func(model string, rec events.Record, cur postgres.Cursor) error {
+	return p.src.Poll(ctx, *p.State.Cursor, o, func(model string, rec events.Record, cur postgres.Cursor) error {
 		if err := p.Publish(ctx, model, rec); err != nil {
 			return err
 		}
