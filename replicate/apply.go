@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -54,7 +55,13 @@ func (w *Worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, err
 	byKey := map[string]int{}
 	for i, msg := range msgs {
 		h := msg.Headers()
-		key := msg.Subject() + "\x00" + h.Get(events.HeaderResourceID) + "\x00" + h.Get(events.HeaderFileID)
+		// The subject without its kind names the model, escaped: a
+		// resource's metas, revisions and purges share the key.
+		subj := msg.Subject()
+		if i := strings.LastIndexByte(subj, '.'); i >= 0 {
+			subj = subj[:i]
+		}
+		key := subj + "\x00" + h.Get(events.HeaderResourceID) + "\x00" + h.Get(events.HeaderFileID)
 		if h.Get(events.HeaderResourceID) == "" && h.Get(events.HeaderFileID) == "" {
 			key = fmt.Sprintf("\x01%d", i) // nothing to order it by
 		}
