@@ -505,7 +505,18 @@ func (d *Sink) ApplyRevision(ctx context.Context, model string, res *events.RawR
 
 	storeDir := filepath.Join(dataDir, "store", info.UID)
 	writeData, writeInfo, storeNewer := true, true, false
-	oldInfo, err := os.ReadFile(filepath.Join(storeDir, "info"))
+	// Making the store directory first tells whether anything can be in
+	// it: a directory this call made is empty, so nothing is read back.
+	created, fresh, err := d.makeDir(storeDir)
+	if err != nil {
+		return 0, err
+	}
+	var oldInfo []byte
+	if !fresh {
+		oldInfo, err = os.ReadFile(filepath.Join(storeDir, "info"))
+	} else {
+		err = fs.ErrNotExist
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
@@ -526,17 +537,23 @@ func (d *Sink) ApplyRevision(ctx context.Context, model string, res *events.RawR
 	}
 	wrote := false
 	if writeData || writeInfo {
-		created, err := d.ensureDir(storeDir)
-		if err != nil {
-			return 0, err
+		// In a store directory this call made, no index entry points yet,
+		// so no reader can open its files: with sync=batch they are
+		// written in place (syncfs before the ack makes them durable; a
+		// crash before it leaves the batch unacked, and its redelivery
+		// finds the directory, compares and repairs). Otherwise each file
+		// is replaced atomically.
+		write := d.writeFileAtomic
+		if fresh && d.opts.SyncPerBatch {
+			write = d.writeFileInPlace
 		}
 		if writeData {
-			if err := d.writeFileAtomic(storeDir, "data", res.RawData); err != nil {
+			if err := write(storeDir, "data", res.RawData); err != nil {
 				return 0, err
 			}
 		}
 		if writeInfo {
-			if err := d.writeFileAtomic(storeDir, "info", infoBytes); err != nil {
+			if err := write(storeDir, "info", infoBytes); err != nil {
 				return 0, err
 			}
 		}
@@ -955,28 +972,36 @@ func syncDir(dir string) error {
 // each parent that gained an entry as dirty; it returns those parents,
 // deepest first.
 func (d *Sink) ensureDir(dir string) ([]string, error) {
+	created, _, err := d.makeDir(dir)
+	return created, err
+}
+
+// makeDir is ensureDir that also tells whether dir itself was made by
+// this call (fresh), so a caller knows nothing was in it. It tries mkdir
+// first and looks further only when that fails: one system call for the
+// common case of a new directory under an existing one.
+func (d *Sink) makeDir(dir string) (created []string, fresh bool, err error) {
 	if dir == d.root {
-		return nil, nil
+		return nil, false, nil
 	}
-	if st, err := os.Stat(dir); err == nil {
-		if !st.IsDir() {
-			return nil, fmt.Errorf("sink: %s is not a directory", dir)
+	err = os.Mkdir(dir, 0o755)
+	if errors.Is(err, fs.ErrNotExist) {
+		if created, _, err = d.makeDir(filepath.Dir(dir)); err != nil {
+			return nil, false, err
 		}
-		return nil, nil
+		err = os.Mkdir(dir, 0o755)
 	}
-	parent := filepath.Dir(dir)
-	created, err := d.ensureDir(parent)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return created, nil
+	switch {
+	case err == nil:
+		d.markDirty(filepath.Dir(dir))
+		return append([]string{filepath.Dir(dir)}, created...), true, nil
+	case errors.Is(err, fs.ErrExist):
+		if st, serr := os.Stat(dir); serr != nil || !st.IsDir() {
+			return nil, false, fmt.Errorf("sink: %s is not a directory", dir)
 		}
-		return nil, fmt.Errorf("sink: %w", err)
+		return created, false, nil
 	}
-	d.markDirty(parent)
-	return append([]string{parent}, created...), nil
+	return nil, false, fmt.Errorf("sink: %w", err)
 }
 
 // writeFileAtomic writes dir/name through a temporary file in dir that is
@@ -990,6 +1015,16 @@ func (d *Sink) writeFileAtomic(dir, name string, data []byte) error {
 	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("sink: %w", err)
+	}
+	d.markDirty(dir)
+	return nil
+}
+
+// writeFileInPlace writes dir/name directly, for a file no reader can
+// reach yet (see ApplyRevision); Flush's syncfs makes it durable.
+func (d *Sink) writeFileInPlace(dir, name string, data []byte) error {
+	if err := writeSynced(filepath.Join(dir, name), data, false); err != nil {
+		return err
 	}
 	d.markDirty(dir)
 	return nil

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/specstar/replicator/acbak"
+	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/synth"
+)
+
+// loaderArchive is shaped like the archive of the performance issue:
+// 48,000 revisions of 6,000 resources in 3 models, ~1.4 KiB payloads,
+// written once per run.
+var loaderArchive = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "loader-bench")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "loader.acbak")
+	f, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	_, err = synth.Write(f, synth.Spec{Models: 3, Resources: 2000, RevisionsPerResource: 8, PayloadSize: 1400, Encoding: events.JSON, Seed: 11})
+	return path, err
+})
+
+// loaderItem is what SpecStar's loader writes for one record.
+type loaderItem struct {
+	model, rid, revID, uid string
+	meta, info, data       []byte
+}
+
+// writeLikeSpecStar writes the tree SpecStar's own `load` writes into its
+// disk factory, the way it writes it (upstream facts: per revision mkdir
+// store/{uid}, mkdir the index entry's parent, the index entry, then data
+// and info; per meta its .data file): plain writes, no temp files, no
+// renames, no fsync. The index entry is the contract's uid-file form, as
+// our sink writes it; 16 at a time, in batches of 256, as the replicator.
+func writeLikeSpecStar(root string, items []loaderItem) error {
+	var firstErr error
+	var mu sync.Mutex
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+	}
+	for start := 0; start < len(items); start += 256 {
+		batch := items[start:min(start+256, len(items))]
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16)
+		for _, it := range batch {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				if it.meta != nil {
+					dir := filepath.Join(root, it.model, "meta")
+					os.MkdirAll(dir, 0o755)
+					if err := os.WriteFile(filepath.Join(dir, it.rid+".data"), it.meta, 0o644); err != nil {
+						fail(err)
+					}
+					return
+				}
+				data := filepath.Join(root, it.model, "data")
+				store := filepath.Join(data, "store", it.uid)
+				slot := filepath.Join(data, "resource", it.rid, it.revID, "no_ver")
+				os.MkdirAll(store, 0o755)
+				os.MkdirAll(slot, 0o755)
+				for _, w := range []struct {
+					path string
+					b    []byte
+				}{{filepath.Join(slot, "uid"), []byte(it.uid)}, {filepath.Join(store, "data"), it.data}, {filepath.Join(store, "info"), it.info}} {
+					if err := os.WriteFile(w.path, w.b, 0o644); err != nil {
+						fail(err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	return firstErr
+}
+
+// BenchmarkMirrorVsSpecStarLoader times, in each iteration and on the same
+// archive, the Go stand-in for SpecStar's loader (writeLikeSpecStar) and
+// `replicator mirror` into a disk tree with sync=batch and with
+// sync=file, and reports each one's revisions/s and its ratio to the
+// loader's (the performance issue's goal 1 asks for at least 0.9).
+func BenchmarkMirrorVsSpecStarLoader(b *testing.B) {
+	archive, err := loaderArchive()
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := os.ReadFile(archive)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var items []loaderItem
+	revisions, model := 0, ""
+	for f, err := range acbak.NewReader(bytes.NewReader(raw), acbak.Options{}).All() {
+		if err != nil {
+			b.Fatal(err)
+		}
+		switch r := f.Record.(type) {
+		case *events.ModelStartRecord:
+			model = r.ModelName
+		case *events.MetaRecord:
+			m, _ := r.Meta()
+			enc, _ := m.Encode(events.JSON)
+			items = append(items, loaderItem{model: model, rid: m.ResourceID, meta: enc})
+		case *events.RevisionRecord:
+			res, _ := r.Resource()
+			info, _ := res.Info.Encode(events.JSON)
+			items = append(items, loaderItem{model: model, rid: res.Info.ResourceID, revID: res.Info.RevisionID, uid: res.Info.UID, info: info, data: res.RawData})
+			revisions++
+		}
+	}
+	var loader, batch, file time.Duration
+	for b.Loop() {
+		start := time.Now()
+		if err := writeLikeSpecStar(b.TempDir(), items); err != nil {
+			b.Fatal(err)
+		}
+		loader += time.Since(start)
+		for _, mode := range []struct {
+			opt string
+			d   *time.Duration
+		}{{"?sync=batch", &batch}, {"", &file}} {
+			start := time.Now()
+			var out, errs bytes.Buffer
+			if code := run(context.Background(), []string{"mirror", "--from", archive, "--to", "disk:" + b.TempDir() + mode.opt, "--data-dir", b.TempDir()}, &out, &errs); code != exitOK {
+				b.Fatalf("mirror: %d %s %s", code, out.String(), errs.String())
+			}
+			*mode.d += time.Since(start)
+		}
+	}
+	rate := func(d time.Duration) float64 { return float64(revisions*b.N) / d.Seconds() }
+	b.ReportMetric(rate(loader), "loader-revs/s")
+	b.ReportMetric(rate(batch), "mirror-batch-revs/s")
+	b.ReportMetric(rate(file), "mirror-file-revs/s")
+	b.ReportMetric(loader.Seconds()/batch.Seconds(), "batch/loader")
+	b.ReportMetric(loader.Seconds()/file.Seconds(), "file/loader")
+}
