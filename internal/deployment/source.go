@@ -25,7 +25,7 @@ func SourceSpec(cfg *Config, from string, layers Flags, base source.Spec) (sourc
 	if !named && from != "" && !layers.Layered() {
 		if source.Scheme(from) == "file" {
 			if st, err := os.Stat(from); err != nil || !st.IsDir() {
-				spec.From = from // an archive
+				spec.From, spec.Name = from, from // an archive
 				return spec, nil
 			}
 		}
