@@ -41,7 +41,9 @@ func TestVocabularyMatchesREADME(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runBuf := func(ctx context.Context, args []string, out, errs *bytes.Buffer) int { return run(ctx, args, out, errs) }
+	runBuf := func(ctx context.Context, args []string, out, errs *bytes.Buffer) int {
+		return run(ctx, args, out, errs)
+	}
 	n := 0
 	for name := range commands {
 		row, ok := rows["replicator "+name]
@@ -75,7 +77,9 @@ func TestVocabularyMatchesREADME(t *testing.T) {
 // TestDeprecatedSpellings: an old spelling still works, warns once on
 // stderr and is marked in --help.
 func TestDeprecatedSpellings(t *testing.T) {
-	fs := helpOf(t, func(ctx context.Context, args []string, out, errs *bytes.Buffer) int { return run(ctx, args, out, errs) }, "verify")
+	fs := helpOf(t, func(ctx context.Context, args []string, out, errs *bytes.Buffer) int {
+		return run(ctx, args, out, errs)
+	}, "verify")
 	if f := fs.Lookup("archive"); f == nil || !strings.Contains(f.Usage, "(deprecated: use --from)") {
 		t.Errorf("verify --archive: %+v", f)
 	}
