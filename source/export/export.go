@@ -236,8 +236,12 @@ func OpenBlobs(ctx context.Context, spec source.Spec) (b BlobOpener, closeFn fun
 	if source.Scheme(spec.From) == "s3" && resources == "" {
 		resources = spec.From
 	}
-	if blobs == "" && resources == "" && (source.Scheme(spec.From) == "postgres" || source.Scheme(spec.From) == "postgresql") {
-		blobs, resources = source.PostgresStores(spec.From)
+	if blobs == "" && (source.Scheme(spec.From) == "postgres" || source.Scheme(spec.From) == "postgresql") {
+		b, r := source.PostgresStores(spec.From)
+		blobs = b
+		if !stores.IsS3URL(resources) {
+			resources = r
+		}
 	}
 	switch {
 	case blobs != "":
