@@ -14,6 +14,7 @@ import (
 // record decode error), so callers can tell them apart with errors.Is.
 var (
 	ErrEmpty              = errors.New("empty archive: no HeaderRecord")
+	ErrNotArchive         = errors.New("not an .acbak archive")
 	ErrTruncatedHeader    = errors.New("truncated frame header")
 	ErrTruncatedPayload   = errors.New("truncated frame payload")
 	ErrFrameTooLarge      = errors.New("frame length exceeds the limit")

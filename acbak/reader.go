@@ -111,8 +111,28 @@ func (r *Reader) Next() (*Frame, error) {
 	}
 }
 
-// next reads one frame; it returns (nil, nil) for a skipped frame.
+// maxHeaderFrame bounds the first frame: an archive's HeaderRecord frame
+// is a few bytes, so a larger declared length means the input is not an
+// archive at all.
+const maxHeaderFrame = 4096
+
+// next reads one frame; it returns (nil, nil) for a skipped frame. The
+// first frame's faults say the input is not an archive, rather than
+// reporting a truncation of a length that was never one.
 func (r *Reader) next() (*Frame, error) {
+	if r.index > 0 || r.c.started {
+		return r.frame()
+	}
+	f, err := r.frame()
+	var e *Error
+	if errors.As(err, &e) && e == r.err && !errors.Is(err, ErrEmpty) {
+		e.Err = fmt.Errorf("%w: the first frame %w", ErrNotArchive, e.Err)
+	}
+	return f, err
+}
+
+// frame reads one frame; it returns (nil, nil) for a skipped frame.
+func (r *Reader) frame() (*Frame, error) {
 	var hdr [4]byte
 	n, err := io.ReadFull(r.r, hdr[:])
 	switch {
@@ -137,6 +157,9 @@ func (r *Reader) next() (*Frame, error) {
 		return nil, r.fail(fmt.Errorf("%w", ErrAfterEOF))
 	}
 	length := int64(binary.BigEndian.Uint32(hdr[:]))
+	if r.index == 0 && length > maxHeaderFrame {
+		return nil, r.fail(fmt.Errorf("declares %d bytes, where an archive's HeaderRecord takes a few", length))
+	}
 	if r.opts.Size > 0 {
 		if remain := r.opts.Size - r.off - 4; length > remain {
 			return nil, r.fail(fmt.Errorf("%w: declares %d bytes, %d remain", ErrTruncatedPayload, length, max(remain, 0)))

@@ -3,10 +3,12 @@ package source
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/source/archive"
+	"github.com/specstar/replicator/source/disk"
 	"github.com/specstar/replicator/source/postgres"
 	"github.com/specstar/replicator/source/s3"
 )
@@ -16,8 +18,9 @@ import (
 // source in one call.
 type Spec struct {
 	// From is the source: an .acbak archive (a path, or a file:// URL),
-	// a deployment's Postgres meta store (postgres://...) or an S3
-	// resource store (s3://...).
+	// a SpecStar disk tree (a directory, or disk:/path), a deployment's
+	// Postgres meta store (postgres://...) or an S3 resource store
+	// (s3://...).
 	From string
 	// Name names the source in errors ("" = From, password hidden).
 	Name string
@@ -46,6 +49,8 @@ func backend(scheme string) (opener, bool) {
 	switch scheme {
 	case "file":
 		return openArchive, true
+	case "disk":
+		return openDisk, true
 	case "postgres", "postgresql":
 		return openPostgres, true
 	case "s3":
@@ -77,14 +82,40 @@ func Open(spec Spec) (Source, error) {
 	if spec.Name == "" {
 		spec.Name = Redact(spec.From)
 	}
-	open, ok := backend(Scheme(spec.From))
-	if Scheme(spec.From) == "disk" {
-		return nil, fmt.Errorf("source %s: only a Postgres meta store can be read live (give an archive for others)", spec.Name)
+	scheme := Scheme(spec.From)
+	if st, err := os.Stat(strings.TrimPrefix(spec.From, "file://")); scheme == "file" && err == nil && st.IsDir() {
+		scheme = "disk" // a directory is a disk tree
 	}
+	open, ok := backend(scheme)
 	if !ok {
-		return nil, fmt.Errorf("source %s: unknown kind of source %q (want an archive path, postgres:// or s3://)", spec.Name, Scheme(spec.From))
+		return nil, fmt.Errorf("source %s: unknown kind of source %q (want an archive path, a disk directory, postgres:// or s3://)", spec.Name, scheme)
 	}
 	return open(spec)
+}
+
+func openDisk(spec Spec) (Source, error) {
+	if spec.Resources != "" && spec.Resources != spec.From {
+		return nil, fmt.Errorf("source %s: a disk tree holds its own revisions; resources %s is not read", spec.Name, Redact(spec.Resources))
+	}
+	return &disk.Source{URL: strings.TrimPrefix(spec.From, "file://")}, nil
+}
+
+// PostgresRevisions reports whether a postgres:// URL's own tables hold
+// revisions (its revisions= option, true by default).
+func PostgresRevisions(raw string) bool {
+	_, opts, err := postgres.ParseURL(raw)
+	return err != nil || opts.Revisions
+}
+
+// PostgresStores returns the blob and resource stores a postgres:// URL
+// names in its blobs= and resources= options ("" when absent or when the
+// URL does not parse).
+func PostgresStores(raw string) (blobs, resources string) {
+	_, opts, err := postgres.ParseURL(raw)
+	if err != nil {
+		return "", ""
+	}
+	return opts.Blobs, opts.Resources
 }
 
 func openArchive(spec Spec) (Source, error) {

@@ -9,6 +9,7 @@ import (
 	"github.com/specstar/replicator/internal/testfixtures"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/source/archive"
+	"github.com/specstar/replicator/source/disk"
 	"github.com/specstar/replicator/source/postgres"
 	"github.com/specstar/replicator/source/s3"
 )
@@ -26,7 +27,8 @@ func TestOpenDispatch(t *testing.T) {
 		{from: "postgres://u:secret@h/db?table_prefix=p_", want: &postgres.DeploymentSource{}},
 		{from: "postgresql://h/db", want: &postgres.DeploymentSource{}},
 		{from: "s3://bucket/{model}/data/", want: &s3.Source{}},
-		{from: "disk:/var/lib/specstar", wantErr: "only a Postgres meta store can be read live"},
+		{from: "disk:/var/lib/specstar", want: &disk.Source{}},
+		{from: t.TempDir(), want: &disk.Source{}}, // a directory is a disk tree
 		{from: "ftp://h/x", wantErr: `unknown kind of source "ftp"`},
 		{from: "postgres://u:secret@h/db?encoding=yaml", wantErr: "xxxxx"},
 		{from: "", wantErr: "no source given"},
@@ -56,6 +58,8 @@ func typeName(v any) string {
 		return "postgres"
 	case *s3.Source:
 		return "s3"
+	case *disk.Source:
+		return "disk"
 	}
 	return "other"
 }

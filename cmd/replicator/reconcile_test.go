@@ -62,7 +62,7 @@ func TestReconcileRepairsPurgedRange(t *testing.T) {
 	if err := bus.Stream.Purge(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if code, out, _ := runCmd(t, "verify", "--archive", archive, "--sink", dir); code != exitFailed {
+	if code, out, _ := runCmd(t, "verify", "--archive", archive, "--sink", dir); code != exitDiffer {
 		t.Fatalf("before reconcile, verify: exit %d\n%s", code, out)
 	}
 
@@ -111,7 +111,7 @@ func TestReconcileDryRun(t *testing.T) {
 	before := streamMsgs(t, bus)
 	archive := testfixtures.Path(t, "msgpack.acbak")
 	code, out, errs := runCmd(t, "reconcile", "--archive", archive, "--sink", dir, "--nats", bus.URL(), "--dry-run")
-	if code != exitOK {
+	if code != exitDiffer {
 		t.Fatalf("reconcile --dry-run: exit %d\n%s%s", code, out, errs)
 	}
 	if !strings.Contains(out, "missing from the sink: to publish") || !strings.Contains(out, "dry run: 0 records published") || strings.Contains(out, " 0 differences") {
@@ -120,7 +120,7 @@ func TestReconcileDryRun(t *testing.T) {
 	if after := streamMsgs(t, bus); after != before {
 		t.Fatalf("--dry-run changed the stream: %d messages, then %d", before, after)
 	}
-	if code, _, _ := runCmd(t, "verify", "--archive", archive, "--sink", dir); code != exitFailed {
+	if code, _, _ := runCmd(t, "verify", "--archive", archive, "--sink", dir); code != exitDiffer {
 		t.Fatalf("after --dry-run, verify: exit %d, want the sink still different", code)
 	}
 }
@@ -305,7 +305,7 @@ func checkPrune(t *testing.T, bus *stream.Bus, sinkURL string, reader func() sin
 
 	before := streamMsgs(t, bus)
 	code, out, errs := runCmd(t, "reconcile", "--archive", archive, "--sink", sinkURL, "--prune", "--dry-run")
-	if code != exitOK {
+	if code != exitDiffer {
 		t.Fatalf("reconcile --prune --dry-run: exit %d\n%s%s", code, out, errs)
 	}
 	if got := pruned(out, "to purge"); !slices.Equal(got, want) || !strings.Contains(out, " 0 differences") ||
@@ -436,7 +436,7 @@ func TestReconcilePruneLeavesAlone(t *testing.T) {
 	}
 	// Named in models=, the model is pruned.
 	code, out, errs = runCmd(t, "reconcile", "--archive", archive, "--sink", dir+"?models=other,issue", "--prune", "--dry-run")
-	if code != exitOK || !slices.Equal(pruned(out, "to purge"), []string{"other/user:mallory"}) {
+	if code != exitDiffer || !slices.Equal(pruned(out, "to purge"), []string{"other/user:mallory"}) {
 		t.Fatalf("reconcile --prune --dry-run, models=other,issue: exit %d\n%s%s", code, out, errs)
 	}
 	if left, err := os.ReadDir(tmp); err != nil || len(left) != 0 {

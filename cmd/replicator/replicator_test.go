@@ -256,7 +256,7 @@ func TestOldArchiveAfterNewer(t *testing.T) {
 		t.Fatalf("after the old archive, the sink no longer equals the newer one:\n%s", out)
 	}
 	code, out, _ = runCmd(t, "verify", "--archive", oldPath, "--sink", dir)
-	if code != exitFailed || !strings.Contains(out, "differs") {
+	if code != exitDiffer || !strings.Contains(out, "differs") {
 		t.Fatalf("the old metas must not have been applied: exit %d\n%s", code, out)
 	}
 }
@@ -666,7 +666,7 @@ func TestGapIsRefused(t *testing.T) {
 	}
 	dir := t.TempDir()
 	code, out, errs := runCmd(t, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", dir)
-	if code != exitFailed || !strings.Contains(errs, "were removed (retention) before this sink saw them") || !strings.Contains(errs, "--accept-gap") {
+	if code != exitError || !strings.Contains(errs, "were removed (retention) before this sink saw them") || !strings.Contains(errs, "--accept-gap") {
 		t.Fatalf("want a refusal naming the gap: exit %d\n%s%s", code, out, errs)
 	}
 	if code, out, errs := runCmd(t, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--accept-gap", "--sink", dir); code != exitOK {

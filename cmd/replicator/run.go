@@ -7,17 +7,32 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"time"
+	"syscall"
 
-	"github.com/specstar/replicator/acbak"
-	"github.com/specstar/replicator/internal/deployment"
-	"github.com/specstar/replicator/internal/progress"
+	"github.com/specstar/replicator/internal/cli"
 	"github.com/specstar/replicator/replicate"
 	"github.com/specstar/replicator/sink"
-	srcarchive "github.com/specstar/replicator/source/archive"
 	"github.com/specstar/replicator/stream"
 )
+
+var runCommand = &cli.Command{
+	Name:  "replicator run",
+	Usage: "replicator run --to URL|NAME [--to ...] [--meta URL --resources URL --blobs URL] [--until-drained] [flags]",
+	Summary: `Materialize the event stream into each sink through its own durable
+consumer. A sink is disk:/path (or a path) with options
+?encoding=json|msgpack&meta=files|sqlite&index=uid|symlink&on_duplicate=...
+&sync=file|batch&name=N&models=a,b; postgres://... (SpecStar's tables: metas
+and revisions); s3://bucket/prefix?endpoint=&region=&path_style=true; a
+deployment of the --config file by name; or one deployment given layer by
+layer with --meta, --resources and --blobs. As a service it serves
+/metrics on --listen; with --until-drained it exits once every sink has
+applied what the stream held at start (no listener unless --listen).`,
+	Examples: []string{
+		"replicator run --to /srv/specstar --to postgres://specstar@db/app",
+		"replicator run --to /srv/mirror --until-drained --json",
+		"replicator run --meta postgres://db/app --resources s3://bkt/{model}/data/ --blobs s3://bkt/blobs/",
+	},
+}
 
 // registerConfig adds the flags that tune every sink's consumer.
 func registerConfig(fs *flag.FlagSet, c *replicate.Config) {
@@ -30,50 +45,87 @@ func registerConfig(fs *flag.FlagSet, c *replicate.Config) {
 	fs.DurationVar(&c.MirrorWait, "mirror-wait", d.MirrorWait, "with --until-drained on a mirror: how long to wait for it to catch up with its origin before draining what it holds")
 }
 
+// defaultListen is run's metrics address as a service.
+const defaultListen = "127.0.0.1:9464"
+
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	var verbose bool
+	fs := runCommand.FlagSet(&verbose)
 	var bf busFlags
 	bf.register(fs)
 	var wc replicate.Config
 	registerConfig(fs, &wc)
 	var sa sinkArgs
-	sa.register(fs, "sink (repeatable): disk:/path[?options], postgres://..., s3://bucket/prefix?endpoint=..., or a deployment of --config")
-	fs.BoolVar(&wc.UntilDrained, "until-drained", false, "exit 0 once every sink has applied everything the stream held at start")
-	listen := fs.String("listen", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz (empty: off)")
-	pos, ok := parse(fs, args, stderr)
+	sa.register(fs, "what is written (repeatable): disk:/path[?options], postgres://..., s3://bucket/prefix?endpoint=..., or a deployment of --config")
+	fs.BoolVar(&wc.UntilDrained, "until-drained", false, "exit once every sink has applied everything the stream held at start")
+	listen := fs.String("listen", defaultListen, "address for /metrics, /healthz and /readyz (empty: off; with --until-drained: off unless given)")
+	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
+	pos, code, ok := runCommand.Parse(fs, args, stdout, stderr)
 	if !ok {
-		return exitUsage
+		return code
 	}
 	_, specs, err := sa.resolve(fs)
 	if err != nil {
-		fmt.Fprintf(stderr, "replicator run: %v\n", err)
-		return exitUsage
+		return runCommand.Usagef(stderr, "%v", err)
 	}
 	if len(pos) != 0 || len(specs) == 0 {
-		fmt.Fprintln(stderr, "replicator run: want one or more --sink (or --meta/--resources/--blobs) and no other arguments")
-		return exitUsage
+		return runCommand.Usagef(stderr, "want one or more --to (or --meta/--resources/--blobs) and no other arguments")
+	}
+	addr := *listen
+	if wc.UntilDrained && !given(fs, "listen") {
+		addr = "" // a batch run serves nothing unless asked
 	}
 	bus, err := bf.open(ctx, fs, log, false)
 	if err != nil {
-		fmt.Fprintf(stderr, "replicator run: %v\n", err)
-		return exitFailed
+		return runCommand.Errorf(stderr, exitError, "%v", err)
 	}
 	defer bus.Close()
-	m, err := serveMetrics(ctx, *listen, bus.Connected, log)
+	m, err := serveMetrics(ctx, addr, bus.Connected, log)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return runCommand.Errorf(stderr, exitError, "--listen %s: the address is in use (another replicator run?); give each process its own --listen ADDR, or --listen '' for none", addr)
+	}
 	if err != nil {
-		fmt.Fprintf(stderr, "replicator run: %v\n", err)
-		return exitFailed
+		return runCommand.Errorf(stderr, exitError, "--listen %s: %v", addr, err)
 	}
 	workers, err := runWorkers(ctx, bus, specs, wc, m, log)
-	for i, w := range workers {
-		st := w.Stats()
-		fmt.Fprintf(stdout, "sink %s (%s): %d events applied, %d dead-lettered\n", specs[i].Raw, w.Name(), st.Applied, st.DeadLettered)
+	sums := summaries(specs, workers)
+	if *asJSON {
+		cli.JSON(stdout, map[string]any{"sinks": sums, "ok": err == nil})
+	} else {
+		for _, s := range sums {
+			fmt.Fprintf(stdout, "sink %s (%s): %d events applied, %d dead-lettered\n", s.Sink, s.Consumer, s.Applied, s.DeadLettered)
+		}
 	}
 	if err != nil && !(errors.Is(err, context.Canceled) && !wc.UntilDrained) {
-		fmt.Fprintf(stderr, "replicator run: %v\n", err)
-		return exitFailed
+		return runCommand.Errorf(stderr, exitError, "%v", err)
 	}
 	return exitOK
+}
+
+// given reports whether the flag name was set on fs's command line.
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// sinkSummary is what one sink's worker did; applied and dead-lettered
+// events are counted apart.
+type sinkSummary struct {
+	Sink         string `json:"sink"`
+	Consumer     string `json:"consumer"`
+	Applied      int64  `json:"applied"`
+	DeadLettered int64  `json:"dead_lettered"`
+}
+
+func summaries(specs []*sink.Spec, workers []*replicate.Worker) []sinkSummary {
+	out := []sinkSummary{}
+	for i, w := range workers {
+		st := w.Stats()
+		// Stats.Applied counts every acked event, dead letters included.
+		out = append(out, sinkSummary{Sink: specs[i].Raw, Consumer: w.Name(), Applied: st.Applied - st.DeadLettered, DeadLettered: st.DeadLettered})
+	}
+	return out
 }
 
 // runWorkers opens every sink and runs one replicate.Worker for each on
@@ -114,88 +166,4 @@ func runWorkers(ctx context.Context, bus *stream.Bus, specs []*sink.Spec, wc rep
 		}
 	}
 	return workers, errors.Join(all...)
-}
-
-func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
-	fs := flag.NewFlagSet("mirror", flag.ContinueOnError)
-	from := fs.String("from", "", "archive to replay")
-	to := fs.String("to", "", "directory of the SpecStar disk deployment to write (or a sink URL, or a deployment of --config)")
-	var dep deployment.Flags
-	dep.Register(fs, "sink")
-	dataDir := fs.String("data-dir", "", "embedded server's data directory (default: a temporary one, removed afterwards)")
-	lenient := fs.Bool("lenient", false, "accept what SpecStar's loader accepts (see writer verify)")
-	dupWindow := fs.Duration("duplicate-window", time.Hour, "how long the embedded stream drops re-published records by message id (its memory grows with the events in this window)")
-	var wc replicate.Config
-	registerConfig(fs, &wc)
-	pos, ok := parse(fs, args, stderr)
-	if !ok {
-		return exitUsage
-	}
-	if len(pos) != 0 || *from == "" || (*to == "") == !dep.Layered() {
-		fmt.Fprintln(stderr, "replicator mirror: want --from ARCHIVE, and --to DIR (or --meta/--resources/--blobs)")
-		return exitUsage
-	}
-	sa := sinkArgs{dep: dep}
-	if *to != "" {
-		sa.sinks = multiFlag{*to}
-	}
-	_, specs, err := sa.resolve(fs)
-	if err != nil {
-		fmt.Fprintf(stderr, "replicator mirror: %v\n", err)
-		return exitUsage
-	}
-	spec := specs[0]
-	dir := *dataDir
-	if dir == "" {
-		tmp, err := stream.TempDataDir() // sweeps those killed mirrors left
-		if err != nil {
-			fmt.Fprintf(stderr, "replicator mirror: %v\n", err)
-			return exitFailed
-		}
-		defer os.RemoveAll(tmp)
-		dir = tmp
-	}
-	start := time.Now()
-	bus, err := stream.Open(ctx, stream.Config{DataDir: dir, DuplicateWindow: *dupWindow}, log)
-	if err != nil {
-		fmt.Fprintf(stderr, "replicator mirror: %v\n", err)
-		return exitFailed
-	}
-	defer bus.Close()
-	f, err := os.Open(*from)
-	if err != nil {
-		fmt.Fprintf(stderr, "replicator mirror: %v\n", err)
-		return exitFailed
-	}
-	defer f.Close()
-	st, _ := f.Stat()
-	meter := progress.New("replay "+*from, st.Size(), log)
-	pub := bus.NewPublisher(512)
-	rs, err := srcarchive.Replay(ctx, f, acbak.Options{Size: st.Size(), Lenient: *lenient}, bus.Prefix(), bus.BlobBucket(), pub,
-		func(n int, off int64) { meter.Update(int64(n), off) })
-	if err == nil {
-		err = pub.Flush(ctx)
-	}
-	meter.Update(int64(rs.Frames), rs.Bytes)
-	meter.Done()
-	if err != nil {
-		fmt.Fprintf(stderr, "replicator mirror: replay %s: %v\n", *from, err)
-		return exitFailed
-	}
-	wc.UntilDrained = true
-	workers, err := runWorkers(ctx, bus, []*sink.Spec{spec}, wc, nil, log)
-	if err != nil {
-		fmt.Fprintf(stderr, "replicator mirror: %v\n", err)
-		return exitFailed
-	}
-	w := workers[0].Stats()
-	fmt.Fprintf(stdout, "mirrored %s into %s in %s: %d metas, %d revisions, %d blobs (%d through the object store), %d events applied, %d dead-lettered\n",
-		*from, spec.Where(), time.Since(start).Round(time.Millisecond), rs.Metas, rs.Revisions, rs.Blobs, rs.LargeBlobs, w.Applied, w.DeadLettered)
-	for _, warn := range rs.Warnings {
-		fmt.Fprintf(stdout, "warning: %s\n", warn.Error())
-	}
-	if w.DeadLettered > 0 {
-		return exitFailed
-	}
-	return exitOK
 }

@@ -2,50 +2,58 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"time"
 
+	"github.com/specstar/replicator/internal/cli"
 	"github.com/specstar/replicator/replicate"
 )
 
+var statusCmd = &cli.Command{
+	Name:    "replicator status",
+	Usage:   "replicator status [--json] [flags]",
+	Summary: "Per sink consumer: pending events, ack floor, oldest unacked event's age, redeliveries and dead letters.",
+	Examples: []string{
+		"replicator status",
+		"replicator status --config region-b.yaml --json",
+	},
+}
+
 // cmdStatus prints every sink consumer's replicate.Status.
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	var verbose bool
+	fs := statusCmd.FlagSet(&verbose)
 	var bf busFlags
 	bf.register(fs)
 	var cf configOnly
 	cf.register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	pos, ok := parse(fs, args, stderr)
-	if !ok || len(pos) != 0 {
-		return exitUsage
+	pos, code, ok := statusCmd.Parse(fs, args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	if err := cf.apply(fs); err != nil {
-		fmt.Fprintf(stderr, "replicator status: %v\n", err)
-		return exitUsage
+	if len(pos) != 0 {
+		return statusCmd.Usagef(stderr, "unexpected arguments %q", pos)
+	}
+	if _, err := cf.load(fs); err != nil {
+		return statusCmd.Usagef(stderr, "%v", err)
 	}
 	bus, err := bf.open(ctx, fs, log, true)
 	if err != nil {
-		fmt.Fprintf(stderr, "replicator status: %v\n", err)
-		return exitFailed
+		return statusCmd.Errorf(stderr, exitError, "%v", err)
 	}
 	defer bus.Close()
 	sts, err := replicate.Status(ctx, bus)
 	if err != nil {
-		fmt.Fprintf(stderr, "replicator status: %v\n", err)
-		return exitFailed
+		return statusCmd.Errorf(stderr, exitError, "%v", err)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
 		if sts == nil {
 			sts = []replicate.SinkStatus{}
 		}
-		enc.Encode(map[string]any{"stream": bus.Config().Stream, "sinks": sts})
+		cli.JSON(stdout, map[string]any{"stream": bus.Config().Stream, "sinks": sts})
 		return exitOK
 	}
 	if len(sts) == 0 {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -10,29 +9,53 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/specstar/replicator/internal/cli"
 )
+
+var streamInfoCmd = &cli.Command{
+	Name:     "replicator stream info",
+	Usage:    "replicator stream info [--json] [flags]",
+	Summary:  "The event stream's settings and state.",
+	Examples: []string{"replicator stream info", "replicator stream info --nats nats://nats:4222 --json"},
+}
+
+var streamApplyCmd = &cli.Command{
+	Name:  "replicator stream apply",
+	Usage: "replicator stream apply [--max-age D] [--max-bytes N] [--duplicate-window D] [--retention R] [--replicas N] [flags]",
+	Summary: `Change the settings given, and only those. No other command changes an
+existing stream: one given a stream flag that differs from the stream
+fails, naming the setting.`,
+	Examples: []string{"replicator stream apply --max-age 720h", "replicator stream apply --duplicate-window 2h --json"},
+}
+
+func cmdStreamInfo(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
+	return cmdStream(ctx, streamInfoCmd, "info", args, stdout, stderr, log)
+}
+
+func cmdStreamApply(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
+	return cmdStream(ctx, streamApplyCmd, "apply", args, stdout, stderr, log)
+}
 
 // cmdStream is `replicator stream info|apply`: the event stream's
 // settings shown, and changed only when asked.
-func cmdStream(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
-	if len(args) == 0 || (args[0] != "info" && args[0] != "apply") {
-		fmt.Fprintln(stderr, "usage: replicator stream info [--json] | replicator stream apply [--max-age D] [--max-bytes N] [--duplicate-window D] [--retention R] [--replicas N] [--subject-prefix P]")
-		return exitUsage
-	}
-	sub := args[0]
-	fs := flag.NewFlagSet("stream "+sub, flag.ContinueOnError)
+func cmdStream(ctx context.Context, c *cli.Command, sub string, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
+	var verbose bool
+	fs := c.FlagSet(&verbose)
 	var bf busFlags
 	bf.register(fs)
 	var cf configOnly
 	cf.register(fs)
 	asJSON := fs.Bool("json", false, "print the settings and state as JSON")
-	pos, ok := parse(fs, args[1:], stderr)
-	if !ok || len(pos) != 0 {
-		return exitUsage
+	pos, code, ok := c.Parse(fs, args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	if err := cf.apply(fs); err != nil {
-		fmt.Fprintf(stderr, "replicator stream %s: %v\n", sub, err)
-		return exitUsage
+	if len(pos) != 0 {
+		return c.Usagef(stderr, "unexpected arguments %q", pos)
+	}
+	if _, err := cf.load(fs); err != nil {
+		return c.Usagef(stderr, "%v", err)
 	}
 	// Open adopts the stream's settings; apply then changes the ones
 	// given on the command line, and only those.
@@ -40,26 +63,25 @@ func cmdStream(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	bus, err := bf.open(ctx, nil, log, sub == "info")
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator stream %s: %v\n", sub, err)
-		return exitFailed
+		return exitError
 	}
 	defer bus.Close()
 	if sub == "apply" {
 		change.Given = map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { change.Given[f.Name] = true })
+		delete(change.Given, "v")
 		if _, err := bus.Apply(ctx, change); err != nil {
 			fmt.Fprintf(stderr, "replicator stream apply: %v\n", err)
-			return exitFailed
+			return exitError
 		}
 	}
 	info, err := bus.Stream.Info(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "replicator stream %s: %v\n", sub, err)
-		return exitFailed
+		return exitError
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(info)
+		cli.JSON(stdout, info)
 		return exitOK
 	}
 	printStream(stdout, info)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,17 +13,41 @@ import (
 	"strings"
 
 	"github.com/specstar/replicator/acbak"
+	"github.com/specstar/replicator/internal/cli"
 	"github.com/specstar/replicator/internal/progress"
 )
 
+var inspectCmd = &cli.Command{
+	Name:  "writer inspect",
+	Usage: "writer inspect --from ARCHIVE [--json] [--lenient] [--max-frame BYTES]",
+	Summary: `Summarize an archive: models with their metas, revisions, blobs and
+blob bytes; records per tag (unknown tags included); schema versions and
+payload encodings; frames and bytes.`,
+	Examples: []string{"writer inspect --from dump.acbak", "writer inspect --from dump.acbak --json"},
+}
+
+var verifyCmd = &cli.Command{
+	Name:  "writer verify",
+	Usage: "writer verify --from ARCHIVE [--json] [--lenient] [--require-current] [--max-frame BYTES]",
+	Summary: `Check everything the reader enforces plus exact re-encoding, blob
+file_ids and sizes, revision data_hashes and each meta's current revision.
+Exit 0 if valid, 1 if not (one line per problem).`,
+	Examples: []string{"writer verify --from dump.acbak", "writer verify --from dump.acbak --require-current --json"},
+}
+
 func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
-	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	var verbose bool
+	fs := inspectCmd.FlagSet(&verbose)
 	var a archiveFlags
-	a.register(fs)
+	a.register(fs, false)
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	path, ok := parseArgs(fs, args, stderr)
+	pos, code, ok := inspectCmd.Parse(fs, args, stdout, stderr)
 	if !ok {
-		return exitUsage
+		return code
+	}
+	path, code, ok := a.path(inspectCmd, pos, stderr)
+	if !ok {
+		return code
 	}
 	f, opts, err := openArchive(path, a)
 	if err != nil {
@@ -75,13 +98,30 @@ func printSummary(w io.Writer, path string, s *acbak.Summary) {
 	}
 }
 
+// verifyResult is what verify prints with --json.
+type verifyResult struct {
+	Archive  string   `json:"archive"`
+	Valid    bool     `json:"valid"`
+	Frames   int      `json:"frames"`
+	Bytes    int64    `json:"bytes"`
+	Errors   int      `json:"errors"`
+	Warnings int      `json:"warnings"`
+	Problems []string `json:"problems"`
+}
+
 func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	var verbose bool
+	fs := verifyCmd.FlagSet(&verbose)
 	var a archiveFlags
-	a.register(fs)
-	path, ok := parseArgs(fs, args, stderr)
+	a.register(fs, true)
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	pos, code, ok := verifyCmd.Parse(fs, args, stdout, stderr)
 	if !ok {
-		return exitUsage
+		return code
+	}
+	path, code, ok := a.path(verifyCmd, pos, stderr)
+	if !ok {
+		return code
 	}
 	f, opts, err := openArchive(path, a)
 	if err != nil {
@@ -90,7 +130,14 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	}
 	defer f.Close()
 	meter := progress.New("verify "+path, opts.Size, log)
-	report := func(p acbak.Problem) { fmt.Fprintln(stdout, p.String()) }
+	problems := []string{}
+	report := func(p acbak.Problem) {
+		if *asJSON {
+			problems = append(problems, p.String())
+			return
+		}
+		fmt.Fprintln(stdout, p.String())
+	}
 	res, err := acbak.Verify(ctx, f, opts, report, func(n int, off int64) { meter.Update(int64(n), off) })
 	if res != nil {
 		meter.Update(int64(res.Frames), res.Bytes)
@@ -104,11 +151,16 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		}
 		return exitInvalid
 	}
-	verdict := "valid"
-	if !res.Valid() {
-		verdict = "NOT valid"
+	if *asJSON {
+		cli.JSON(stdout, verifyResult{Archive: path, Valid: res.Valid(), Frames: res.Frames, Bytes: res.Bytes,
+			Errors: res.Errors, Warnings: res.Warnings, Problems: problems})
+	} else {
+		verdict := "valid"
+		if !res.Valid() {
+			verdict = "NOT valid"
+		}
+		fmt.Fprintf(stdout, "%s: %s: %d frames, %d bytes, %d errors, %d warnings\n", path, verdict, res.Frames, res.Bytes, res.Errors, res.Warnings)
 	}
-	fmt.Fprintf(stdout, "%s: %s: %d frames, %d bytes, %d errors, %d warnings\n", path, verdict, res.Frames, res.Bytes, res.Errors, res.Warnings)
 	if !res.Valid() {
 		return exitInvalid
 	}

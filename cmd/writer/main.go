@@ -1,20 +1,20 @@
-// Command writer publishes SpecStar records and works with .acbak archives.
+// Command writer publishes SpecStar records and works with .acbak
+// archives. What is read is --from; see the README's command-line
+// vocabulary.
 //
-//	writer inspect ARCHIVE [--json] [--lenient]   summarize an archive
-//	writer verify ARCHIVE [--lenient]             check an archive completely
-//	writer replay ARCHIVE [--nats URL]            publish an archive as events
-//	writer snapshot --from postgres://...|NAME [--resources s3://... --blobs s3://...]  publish a deployment's state
-//	writer snapshot --resources s3://...          publish an S3 resource store alone
+//	writer inspect --from ARCHIVE [--json]        summarize an archive
+//	writer verify --from ARCHIVE [--json]         check an archive completely
+//	writer replay --from ARCHIVE [--nats URL]     publish an archive as events
+//	writer snapshot --from postgres://...|NAME    publish a deployment's state
 //	writer tail --from postgres://...|NAME        and then its changes
-//	writer export --from postgres://...|NAME ARCHIVE   write a deployment as an archive
+//	writer export --from SOURCE --to OUT.acbak    write any source as an archive
 //
-// Exit status: 0 success (verify: the archive is valid), 1 the archive is
-// not valid or could not be read, 2 usage error.
+// Exit status: 0 done (verify: the archive is valid), 1 the input is not
+// valid, 2 usage or operational error.
 package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,49 +22,32 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/specstar/replicator/acbak"
+	"github.com/specstar/replicator/internal/cli"
 )
 
 const (
-	exitOK      = 0
-	exitInvalid = 1
-	exitUsage   = 2
+	exitOK     = cli.ExitOK
+	exitDiffer = cli.ExitDiffer
+	exitError  = cli.ExitError
+	// exitInvalid is an archive that is not valid.
+	exitInvalid = cli.ExitDiffer
+	exitUsage   = cli.ExitError
 )
 
-const usage = `usage: writer <command> [arguments]
+const usage = `usage: writer <command> [flags]
 
 commands:
-  inspect ARCHIVE [--json] [--lenient] [--max-frame BYTES]
-      Summarize an archive: models with their metas, revisions, blobs and
-      blob bytes; records per tag (unknown tags included); schema versions
-      and payload encodings; frames and bytes.
-  verify ARCHIVE [--lenient] [--require-current] [--max-frame BYTES]
-      Check everything the reader enforces plus exact re-encoding, blob
-      file_ids and sizes, revision data_hashes and each meta's current
-      revision. Exit 0 if valid, 1 if not (one line per problem).
-  replay ARCHIVE [--nats URL] [--stream NAME] [--data-dir DIR] [--max-inflight N]
-      Publish every record of the archive, in order, as events on the
-      JetStream stream (an embedded server when no URL is given).
-      Re-publishing stores nothing new: events carry deterministic ids.
-  snapshot --from postgres://... [--resources s3://...] [--blobs s3://...|DIR] [--restart] [--nats URL]
-      Publish the current state of a SpecStar deployment (metas, and
-      revisions from its resource tables or its S3 resource store, and
-      the blobs their payloads reference) from one consistent snapshot of
-      its meta store; an interrupted snapshot resumes where it stopped.
-      With --resources s3://... and no --from: every revision and blob of
-      that S3 store (one listing, concurrent fetches).
-  tail --from postgres://... [--resources ...] [--blobs ...] [--mode auto|logical|poll] [--nats URL]
-      Publish a snapshot if none was completed, then every change as it
-      happens until interrupted: by logical replication (a slot and a
-      publication, created if missing) where wal_level=logical and the
-      user may replicate, else by keyset polling. Positions are stored in
-      the stream's positions bucket. --drop-slot removes the slot and
-      the publication.
-  export --from postgres://... [--resources ...] [--blobs ...] ARCHIVE
-      Write one consistent snapshot of a SpecStar deployment as an .acbak
-      archive (with the blobs its payloads reference).
-  --config FILE (default $SPECSTAR_CONFIG) with snapshot, tail and export:
-      --from may name a deployment of the file, whose nats settings apply.
+  inspect   summarize an archive (--from ARCHIVE)
+  verify    check an archive completely; exit 1 if it is not valid
+  replay    publish an archive's records as events on the stream
+  snapshot  publish the current state of a live deployment (--from postgres://...|NAME)
+  tail      publish a snapshot, then every change as it happens
+  export    write any source (archive, disk, Postgres, Postgres+S3, S3, NAME) as an archive (--to)
+  help CMD  the help of a command (as CMD --help)
+
+What is read is --from (an archive, a directory, a URL or a deployment
+name of --config). Exit status: 0 done, 1 the input is not valid, 2 usage
+or operational error.
 `
 
 func main() {
@@ -74,85 +57,28 @@ func main() {
 	os.Exit(code)
 }
 
+// commands are the writer's commands by name.
+var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int{
+	"inspect": cmdInspect, "verify": cmdVerify, "replay": cmdReplay, "snapshot": cmdSnapshot, "tail": cmdTail, "export": cmdExport,
+}
+
 // run is the whole command, with its streams passed in so tests can call it.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return exitUsage
+		return exitError
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if args[0] == "help" && len(args) > 1 {
+		return run(ctx, []string{args[1], "--help"}, stdout, stderr)
+	}
 	switch args[0] {
-	case "inspect":
-		return cmdInspect(ctx, args[1:], stdout, stderr, log)
-	case "verify":
-		return cmdVerify(ctx, args[1:], stdout, stderr, log)
-	case "replay":
-		return cmdReplay(ctx, args[1:], stdout, stderr, log)
-	case "snapshot":
-		return cmdSnapshot(ctx, args[1:], stdout, stderr, log)
-	case "tail":
-		return cmdTail(ctx, args[1:], stdout, stderr, log)
-	case "export":
-		return cmdExport(ctx, args[1:], stdout, stderr, log)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	}
+	if f := commands[args[0]]; f != nil {
+		return f(ctx, args[1:], stdout, stderr, cli.Logger(stderr, cli.Verbose(args)))
+	}
 	fmt.Fprintf(stderr, "writer: unknown command %q\n\n%s", args[0], usage)
-	return exitUsage
-}
-
-// archiveFlags are the options every archive command takes.
-type archiveFlags struct {
-	lenient        bool
-	maxFrame       int64
-	requireCurrent bool
-}
-
-func (a *archiveFlags) register(fs *flag.FlagSet) {
-	fs.BoolVar(&a.lenient, "lenient", false, "accept, with a warning, what SpecStar's loader accepts (missing Eof, bytes after it, mismatched ModelEnd)")
-	fs.Int64Var(&a.maxFrame, "max-frame", acbak.DefaultMaxFrame, "largest frame to accept, in bytes")
-	if fs.Name() == "verify" {
-		fs.BoolVar(&a.requireCurrent, "require-current", false, "make a meta whose current revision is missing from the archive an error, not a warning")
-	}
-}
-
-// parseArgs parses flags placed before or after the one positional
-// argument, as in "writer inspect ARCHIVE --json".
-func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (string, bool) {
-	fs.SetOutput(stderr)
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return "", false
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-	if len(pos) != 1 {
-		fmt.Fprintf(stderr, "writer %s: want exactly one ARCHIVE, got %d arguments\n", fs.Name(), len(pos))
-		return "", false
-	}
-	return pos[0], true
-}
-
-// openArchive opens path and returns reader options carrying its size.
-func openArchive(path string, a archiveFlags) (*os.File, acbak.Options, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, acbak.Options{}, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, acbak.Options{}, fmt.Errorf("stat %s: %w", path, err)
-	}
-	opts := acbak.Options{Lenient: a.lenient, MaxFrame: a.maxFrame, RequireCurrent: a.requireCurrent}
-	if st.Mode().IsRegular() {
-		opts.Size = st.Size()
-	}
-	return f, opts, nil
+	return exitError
 }

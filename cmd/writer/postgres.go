@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/specstar/replicator/internal/httpops"
+	"github.com/specstar/replicator/internal/cli"
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/source/postgres"
@@ -67,19 +66,15 @@ func meterHooks(meter **progress.Meter) publish.Hooks {
 }
 
 type pgFlags struct {
-	from     string
-	stores   storeFlags
-	config   configFlag
+	src      sourceFlags
 	cfg      stream.Config
 	inflight int
 	fs       *flag.FlagSet // to tell which stream settings were given
 }
 
-func (f *pgFlags) register(fs *flag.FlagSet) {
+func (f *pgFlags) register(fs *flag.FlagSet, stderr io.Writer) {
 	f.fs = fs
-	fs.StringVar(&f.from, "from", "", "the deployment's Postgres: postgres://user@host/db?table_prefix=&meta_table={model}_meta&encoding=msgpack&revisions=true&models=a,b")
-	f.stores.register(fs)
-	f.config.register(fs)
+	f.src.register(fs, stderr)
 	fs.StringVar(&f.cfg.URL, "nats", os.Getenv("NATS_URL"), "NATS server URL (default $NATS_URL; empty runs an embedded JetStream server)")
 	fs.StringVar(&f.cfg.Stream, "stream", "SPECSTAR", "JetStream stream name")
 	fs.StringVar(&f.cfg.SubjectPrefix, "subject-prefix", "specstar", "subject prefix of events")
@@ -90,7 +85,7 @@ func (f *pgFlags) register(fs *flag.FlagSet) {
 // openPG opens the deployment f names, the stream, and the publisher
 // with its stored position; closeFn closes them.
 func openPG(ctx context.Context, f *pgFlags, log *slog.Logger, hooks publish.Hooks) (p *publish.Postgres, bus *stream.Bus, closeFn func(), err error) {
-	d, err := postgres.OpenDeployment(ctx, f.from, postgres.Stores{Resources: f.stores.resources, Blobs: f.stores.blobs})
+	d, err := postgres.OpenDeployment(ctx, f.src.from, postgres.Stores{Resources: f.src.layers.Resources, Blobs: f.src.layers.Blobs})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -107,106 +102,83 @@ func openPG(ctx context.Context, f *pgFlags, log *slog.Logger, hooks publish.Hoo
 	return p, bus, closeFn, nil
 }
 
+var snapshotCmd = &cli.Command{
+	Name:  "writer snapshot",
+	Usage: "writer snapshot --from postgres://...|NAME [--from-resources s3://...] [--from-blobs s3://...|DIR] [--restart] [--nats URL] [--json]",
+	Summary: `Publish the current state of a SpecStar deployment (metas, and
+revisions from its resource tables or its S3 resource store, and the blobs
+their payloads reference) from one consistent snapshot of its meta store;
+an interrupted snapshot resumes where it stopped. With --from-resources
+s3://... and no --from: every revision and blob of that S3 store.`,
+	Examples: []string{
+		"writer snapshot --from postgres://specstar@db/app --nats nats://nats:4222",
+		"writer snapshot --from postgres://db/app --from-resources s3://bkt/{model}/data/ --json",
+		"writer snapshot --config deploy.yaml --from primary",
+	},
+}
+
+// snapshotResult is what snapshot prints with --json.
+type snapshotResult struct {
+	From       string   `json:"from"`
+	Seconds    float64  `json:"seconds"`
+	Models     []string `json:"models"`
+	Metas      int      `json:"metas"`
+	Revisions  int      `json:"revisions"`
+	Duplicates int64    `json:"duplicates"`
+	Skipped    bool     `json:"skipped,omitempty"` // a snapshot was already completed
+}
+
 func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
-	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
+	var verbose bool
+	fs := snapshotCmd.FlagSet(&verbose)
 	var f pgFlags
-	f.register(fs)
+	f.register(fs, stderr)
 	restart := fs.Bool("restart", false, "take a new snapshot even if one was completed (the sinks are idempotent)")
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		return exitUsage
+	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
+	pos, code, ok := snapshotCmd.Parse(fs, args, stdout, stderr)
+	if !ok {
+		return code
 	}
-	if err := f.config.resolve(fs, &f.from, &f.stores); err != nil {
-		fmt.Fprintf(stderr, "writer snapshot: %v\n", err)
-		return exitUsage
+	if len(pos) != 0 {
+		return snapshotCmd.Usagef(stderr, "unexpected arguments %q", pos)
 	}
-	if f.from == "" && f.stores.resources != "" {
-		return snapshotS3(ctx, &f, stdout, stderr, log)
+	if err := f.src.postgres(fs); err != nil {
+		return snapshotCmd.Usagef(stderr, "%v", err)
+	}
+	if f.src.from == "" && f.src.layers.Resources != "" {
+		return snapshotS3(ctx, &f, *asJSON, stdout, stderr, log)
 	}
 	var meter *progress.Meter
 	p, _, closeFn, err := openPG(ctx, &f, log, meterHooks(&meter))
 	if err != nil {
-		fmt.Fprintf(stderr, "writer snapshot: %v\n", err)
-		return exitInvalid
+		return snapshotCmd.Errorf(stderr, exitError, "%v", err)
 	}
 	defer closeFn()
 	if *restart {
 		p.State = publish.PostgresState{}
 	}
+	if p.State.SnapshotDone && *asJSON {
+		cli.JSON(stdout, snapshotResult{From: source.Redact(f.src.from), Models: []string{}, Skipped: true})
+		return exitOK
+	}
 	if p.State.SnapshotDone {
 		fmt.Fprintf(stdout, "a snapshot of %s was completed at %s; `writer tail` follows from it (use --restart for a new one)\n",
-			source.Redact(f.from), p.State.Updated.Format(time.RFC3339))
+			source.Redact(f.src.from), p.State.Updated.Format(time.RFC3339))
 		return exitOK
 	}
 	start := time.Now()
-	meter = progress.New("snapshot "+source.Redact(f.from), 0, log)
+	meter = progress.New("snapshot "+source.Redact(f.src.from), 0, log)
 	st, err := p.Snapshot(ctx)
 	meter.Done()
 	if err != nil {
-		fmt.Fprintf(stderr, "writer snapshot: %v (the position is stored; run again to resume)\n", err)
-		return exitInvalid
+		return snapshotCmd.Errorf(stderr, exitError, "%v (the position is stored; run again to resume)", err)
 	}
-	fmt.Fprintf(stdout, "snapshot of %s in %s: models %v, %d metas, %d revisions published (%d already on the stream)\n",
-		source.Redact(f.from), time.Since(start).Round(time.Millisecond), st.Models, st.Metas, st.Revisions, p.Duplicates())
-	return exitOK
-}
-
-func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
-	fs := flag.NewFlagSet("tail", flag.ContinueOnError)
-	var f pgFlags
-	f.register(fs)
-	var o publish.TailOptions
-	fs.StringVar(&o.Mode, "mode", publish.ModeAuto, "how to follow changes: logical (replication slot, pgoutput), poll (keyset polling on updated_time), or auto (logical where the server allows it, else poll)")
-	fs.DurationVar(&o.Interval, "interval", postgres.DefaultPollInterval, "poll mode: poll interval when nothing changed")
-	fs.DurationVar(&o.Overlap, "overlap", postgres.DefaultPollOverlap, "poll mode: re-read window for commits that become visible late")
-	fs.DurationVar(&o.PurgeCheck, "purge-check", postgres.DefaultPurgeCheck, "poll mode: how often the meta tables' ids are listed to publish a purge for each deleted row (negative: never)")
-	lo := &o.Logical
-	fs.StringVar(&lo.Slot, "slot", postgres.DefaultLogicalSlot, "logical mode: replication slot name")
-	fs.StringVar(&lo.Publication, "publication", postgres.DefaultLogicalPublication, "logical mode: publication name")
-	fs.DurationVar(&lo.Heartbeat, "heartbeat", postgres.DefaultLogicalHeartbeat, "logical mode: status update interval, so an idle slot does not pin WAL")
-	dropSlot := fs.Bool("drop-slot", false, "drop the replication slot and publication (and forget the logical position), then exit")
-	listen := fs.String("listen", "127.0.0.1:9465", "address for /metrics, /healthz and /readyz (empty: off)")
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
-		return exitUsage
-	}
-	if err := f.config.resolve(fs, &f.from, &f.stores); err != nil {
-		fmt.Fprintf(stderr, "writer tail: %v\n", err)
-		return exitUsage
-	}
-	switch o.Mode {
-	case publish.ModeAuto, publish.ModeLogical, publish.ModePoll:
-	default:
-		fmt.Fprintf(stderr, "writer tail: --mode %q (want auto, logical or poll)\n", o.Mode)
-		return exitUsage
-	}
-	var meter *progress.Meter
-	m := newTailMetrics()
-	p, bus, closeFn, err := openPG(ctx, &f, log, m.hooks(&meter))
-	if err != nil {
-		fmt.Fprintf(stderr, "writer tail: %v\n", err)
-		return exitInvalid
-	}
-	defer closeFn()
-	if *dropSlot {
-		if err := p.DropSlot(ctx, *lo); err != nil {
-			fmt.Fprintf(stderr, "writer tail: %v\n", err)
-			return exitInvalid
-		}
-		fmt.Fprintf(stdout, "dropped slot %s and publication %s\n", lo.Slot, lo.Publication)
+	if *asJSON {
+		cli.JSON(stdout, snapshotResult{From: source.Redact(f.src.from), Seconds: time.Since(start).Seconds(), Models: st.Models,
+			Metas: st.Metas, Revisions: st.Revisions, Duplicates: int64(p.Duplicates())})
 		return exitOK
 	}
-	meter = progress.New("tail "+source.Redact(f.from), 0, log)
-	defer meter.Done()
-	if err := httpops.Serve(ctx, *listen, m.reg, func() bool { return m.streaming.Load() && bus.Connected() }, log); err != nil {
-		fmt.Fprintf(stderr, "writer tail: listen %s: %v\n", *listen, err)
-		return exitInvalid
-	}
-	mode, err := p.Tail(ctx, o)
-	if err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintf(stderr, "writer tail: %v\n", err)
-		return exitInvalid
-	}
-	fmt.Fprintf(stdout, "tail of %s (%s) stopped: %d events published\n", source.Redact(f.from), mode, p.Events())
+	fmt.Fprintf(stdout, "snapshot of %s in %s: models %v, %d metas, %d revisions published (%d already on the stream)\n",
+		source.Redact(f.src.from), time.Since(start).Round(time.Millisecond), st.Models, st.Metas, st.Revisions, p.Duplicates())
 	return exitOK
 }

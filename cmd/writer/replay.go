@@ -11,15 +11,44 @@ import (
 	"time"
 
 	"github.com/specstar/replicator/acbak"
+	"github.com/specstar/replicator/internal/cli"
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/source/archive"
 	"github.com/specstar/replicator/stream"
 )
 
+var replayCmd = &cli.Command{
+	Name:  "writer replay",
+	Usage: "writer replay --from ARCHIVE [--nats URL] [--stream NAME] [--data-dir DIR] [--max-inflight N] [--json]",
+	Summary: `Publish every record of the archive, in order, as events on the
+JetStream stream (an embedded server when no URL is given), after checking
+the whole archive. Re-publishing stores nothing new: events carry
+deterministic ids.`,
+	Examples: []string{"writer replay --from dump.acbak --nats nats://nats:4222", "writer replay --from dump.acbak --json"},
+}
+
+// replayResult is what replay prints with --json.
+type replayResult struct {
+	Archive    string   `json:"archive"`
+	Stream     string   `json:"stream"`
+	Seconds    float64  `json:"seconds"`
+	Frames     int      `json:"frames"`
+	Bytes      int64    `json:"bytes"`
+	Metas      int      `json:"metas"`
+	Revisions  int      `json:"revisions"`
+	Blobs      int      `json:"blobs"`
+	LargeBlobs int      `json:"large_blobs"`
+	Unknown    int      `json:"unknown"`
+	Stored     int64    `json:"stored"`
+	Duplicates int64    `json:"duplicates"`
+	Warnings   []string `json:"warnings"`
+}
+
 func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	var verbose bool
+	fs := replayCmd.FlagSet(&verbose)
 	var a archiveFlags
-	a.register(fs)
+	a.register(fs, false)
 	var cfg stream.Config
 	fs.StringVar(&cfg.URL, "nats", os.Getenv("NATS_URL"), "NATS server URL (default $NATS_URL; empty runs an embedded JetStream server)")
 	fs.StringVar(&cfg.Stream, "stream", "SPECSTAR", "JetStream stream name")
@@ -29,9 +58,14 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	fs.DurationVar(&cfg.DuplicateWindow, "duplicate-window", time.Hour, "how long JetStream drops re-published records by message id")
 	inflight := fs.Int("max-inflight", 512, "published events awaiting their acknowledgement at most")
 	noCheck := fs.Bool("no-check", false, "publish while reading, without checking the whole archive first (a bad archive may then leave records on the stream)")
-	path, ok := parseArgs(fs, args, stderr)
+	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
+	pos, code, ok := replayCmd.Parse(fs, args, stdout, stderr)
 	if !ok {
-		return exitUsage
+		return code
+	}
+	path, code, ok := a.path(replayCmd, pos, stderr)
+	if !ok {
+		return code
 	}
 	f, opts, err := openArchive(path, a)
 	if err != nil {
@@ -51,8 +85,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	}
 	bus, err := stream.Open(ctx, givenIn(fs, cfg), log)
 	if err != nil {
-		fmt.Fprintf(stderr, "writer replay: %v\n", err)
-		return exitInvalid
+		return replayCmd.Errorf(stderr, exitError, "%v", err)
 	}
 	defer bus.Close()
 	start := time.Now()
@@ -64,14 +97,23 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	}
 	meter.Update(int64(st.Frames), st.Bytes)
 	meter.Done()
+	if err != nil {
+		return replayCmd.Errorf(stderr, exitInvalid, "%s: %v", path, err)
+	}
+	el := time.Since(start)
+	if *asJSON {
+		res := replayResult{Archive: path, Stream: bus.Config().Stream, Seconds: el.Seconds(), Frames: st.Frames, Bytes: st.Bytes,
+			Metas: st.Metas, Revisions: st.Revisions, Blobs: st.Blobs, LargeBlobs: st.LargeBlobs, Unknown: st.Unknown,
+			Stored: int64(pub.Stats.Published - pub.Stats.Duplicates), Duplicates: int64(pub.Stats.Duplicates), Warnings: []string{}}
+		for _, w := range st.Warnings {
+			res.Warnings = append(res.Warnings, w.Error())
+		}
+		cli.JSON(stdout, res)
+		return exitOK
+	}
 	for _, w := range st.Warnings {
 		fmt.Fprintf(stdout, "warning: %s\n", w.Error())
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "writer replay: %s: %v\n", path, err)
-		return exitInvalid
-	}
-	el := time.Since(start)
 	fmt.Fprintf(stdout, "replayed %s to stream %s in %s: %d frames (%s), %d metas, %d revisions, %d blobs (%d via object store), %d unknown; %d events stored, %d already there (duplicates)\n",
 		path, bus.Config().Stream, el.Round(time.Millisecond), st.Frames, progress.Bytes(st.Bytes), st.Metas, st.Revisions, st.Blobs, st.LargeBlobs, st.Unknown,
 		pub.Stats.Published-pub.Stats.Duplicates, pub.Stats.Duplicates)

@@ -205,9 +205,9 @@ func TestExportPostgresS3(t *testing.T) {
 	compareSets(t, "archive of the named deployment", recordSet(t, named), d.current())
 
 	// Without --blobs the blobs come from the resource store's own blob
-	// location (bucket "deploy", blobs/): here it holds none, so they are
-	// reported missing, and the rest is the same.
-	code, stdout, stderr = runWriter(t, "export", "--from", d.from, "--resources", d.resources, out)
+	// location (bucket "deploy", blobs/): here it holds none, an error
+	// unless --allow-missing-blobs, which reports them missing.
+	code, stdout, stderr = runWriter(t, "export", "--from", d.from, "--resources", d.resources, out, "--force", "--allow-missing-blobs")
 	if code != exitOK || !strings.Contains(stdout, "0 blobs (4 referenced but missing)") {
 		t.Fatalf("export without --blobs: exit %d\n%s%s", code, stdout, stderr)
 	}

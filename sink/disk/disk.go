@@ -46,10 +46,13 @@ import (
 // Options choose the encoding and the variant of the layout a Disk
 // writes, so that it matches the SpecStar deployment that will open it.
 type Options struct {
-	Encoding     events.Encoding // encoding of meta and info files (events.JSON default, as SpecStar's disk factory)
-	SQLiteMeta   bool            // metas in {root}/{model}/meta.db instead of .data files
-	SymlinkIndex bool            // write the older symlinked index form
-	OnDuplicate  string          // "" = newer meta wins (default); "overwrite", "skip", "raise_error" = SpecStar's archive-restore semantics
+	Encoding   events.Encoding // encoding of meta and info files (events.JSON default, as SpecStar's disk factory)
+	SQLiteMeta bool            // metas in {root}/{model}/meta.db instead of .data files
+	// DetectMeta, with ReadOnly, reads each model's metas from meta.db or
+	// meta/*.data, whichever the tree holds (a disk URL without meta=).
+	DetectMeta   bool
+	SymlinkIndex bool   // write the older symlinked index form
+	OnDuplicate  string // "" = newer meta wins (default); "overwrite", "skip", "raise_error" = SpecStar's archive-restore semantics
 	// SyncPerBatch trades power-loss atomicity for speed: files are not
 	// fsynced one by one; Flush makes everything durable with one syncfs.
 	// A process crash still leaves no partial file; a power loss may leave

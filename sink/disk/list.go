@@ -36,7 +36,7 @@ func (d *Sink) Models(ctx context.Context) ([]string, error) {
 			continue
 		}
 		store := filepath.Join(d.root, name, "meta")
-		if d.opts.SQLiteMeta {
+		if d.sqliteMeta(name) {
 			store = filepath.Join(d.root, name, "meta.db")
 		}
 		if _, err := os.Stat(store); errors.Is(err, fs.ErrNotExist) {
@@ -68,7 +68,7 @@ func (d *Sink) ResourceIDs(ctx context.Context, model string) iter.Seq2[string, 
 			yield("", err)
 			return
 		}
-		if d.opts.SQLiteMeta {
+		if d.sqliteMeta(model) {
 			d.sqliteResourceIDs(ctx, model, yield)
 			return
 		}

@@ -33,7 +33,7 @@ func (d *Sink) Meta(ctx context.Context, model, resourceID string) (*events.Reso
 		raw   []byte
 		where string
 	)
-	if d.opts.SQLiteMeta {
+	if d.sqliteMeta(model) {
 		db, path, err := d.metaDB(ctx, model, false)
 		if err != nil {
 			return nil, err

@@ -46,6 +46,7 @@ func ParseSpec(raw string) (*Spec, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.Options.DetectMeta = !q.Has("meta")
 	for k, vs := range q {
 		v := vs[len(vs)-1]
 		switch k {

@@ -42,7 +42,9 @@ func ParseSpec(raw string) (*Spec, error) {
 	if err != nil {
 		return nil, redact.ParseError(err)
 	}
-	s := &Spec{}
+	// Alone, a Postgres sink serves every layer Postgres can hold (metas
+	// and revisions), as the Postgres source reads them by default.
+	s := &Spec{Options: Options{Revisions: true}}
 	q := u.Query()
 	driver := url.Values{}
 	for k, vs := range q {
@@ -89,8 +91,8 @@ func ParseSpec(raw string) (*Spec, error) {
 // backend's Spec gives them to the root sink package.
 func (s *Spec) Consumer() (name string, models []string) { return s.Name, s.Models }
 
-// Holds says which records the sink keeps: metas, revisions only with
-// Revisions, never blobs.
+// Holds says which records the sink keeps: metas, revisions unless
+// revisions=false, never blobs.
 func (s *Spec) Holds() (revisions, blobs bool) { return s.Options.Revisions, false }
 
 // Open opens the sink the Spec names.

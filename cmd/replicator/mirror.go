@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/specstar/replicator/acbak"
+	"github.com/specstar/replicator/internal/cli"
+	"github.com/specstar/replicator/internal/progress"
+	"github.com/specstar/replicator/replicate"
+	"github.com/specstar/replicator/sink"
+	srcarchive "github.com/specstar/replicator/source/archive"
+	"github.com/specstar/replicator/stream"
+)
+
+var mirrorCmd = &cli.Command{
+	Name:  "replicator mirror",
+	Usage: "replicator mirror --from ARCHIVE --to DIR|URL|NAME (or --meta/--resources/--blobs) [flags]",
+	Summary: `One command on an embedded JetStream server: replay the archive,
+materialize it into a sink, print a summary. Serves no metrics.`,
+	Examples: []string{
+		"replicator mirror --from dump.acbak --to /srv/specstar",
+		"replicator mirror --from dump.acbak --to 'disk:/srv/specstar?meta=sqlite' --json",
+	},
+}
+
+// mirrorSummary is what mirror prints with --json.
+type mirrorSummary struct {
+	From         string   `json:"from"`
+	To           string   `json:"to"`
+	Seconds      float64  `json:"seconds"`
+	Metas        int      `json:"metas"`
+	Revisions    int      `json:"revisions"`
+	Blobs        int      `json:"blobs"`
+	LargeBlobs   int      `json:"large_blobs"`
+	Applied      int64    `json:"applied"`
+	DeadLettered int64    `json:"dead_lettered"`
+	Warnings     []string `json:"warnings"`
+}
+
+func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
+	var verbose bool
+	fs := mirrorCmd.FlagSet(&verbose)
+	from := fs.String("from", "", "the archive to replay")
+	var sa sinkArgs
+	sa.register(fs, "what is written: a directory (SpecStar disk deployment), a sink URL, or a deployment of --config")
+	dataDir := fs.String("data-dir", "", "embedded server's data directory (default: a temporary one, removed afterwards)")
+	lenient := fs.Bool("lenient", false, "accept what SpecStar's loader accepts (see writer verify)")
+	dupWindow := fs.Duration("duplicate-window", time.Hour, "how long the embedded stream drops re-published records by message id (its memory grows with the events in this window)")
+	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
+	var wc replicate.Config
+	registerConfig(fs, &wc)
+	pos, code, ok := mirrorCmd.Parse(fs, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) != 0 || *from == "" || (len(sa.sinks) == 0) == !sa.dep.Layered() || len(sa.sinks) > 1 {
+		return mirrorCmd.Usagef(stderr, "want --from ARCHIVE, and one --to DIR (or --meta/--resources/--blobs)")
+	}
+	_, specs, err := sa.resolve(fs)
+	if err != nil {
+		return mirrorCmd.Usagef(stderr, "%v", err)
+	}
+	spec := specs[0]
+	dir := *dataDir
+	if dir == "" {
+		tmp, err := stream.TempDataDir() // sweeps those killed mirrors left
+		if err != nil {
+			return mirrorCmd.Errorf(stderr, exitError, "%v", err)
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	start := time.Now()
+	f, err := os.Open(*from)
+	if err != nil {
+		return mirrorCmd.Errorf(stderr, exitError, "%v", err)
+	}
+	defer f.Close()
+	bus, err := stream.Open(ctx, stream.Config{DataDir: dir, DuplicateWindow: *dupWindow}, log)
+	if err != nil {
+		return mirrorCmd.Errorf(stderr, exitError, "%v", err)
+	}
+	defer bus.Close()
+	st, _ := f.Stat()
+	meter := progress.New("replay "+*from, st.Size(), log)
+	pub := bus.NewPublisher(512)
+	rs, err := srcarchive.Replay(ctx, f, acbak.Options{Size: st.Size(), Lenient: *lenient}, bus.Prefix(), bus.BlobBucket(), pub,
+		func(n int, off int64) { meter.Update(int64(n), off) })
+	if err == nil {
+		err = pub.Flush(ctx)
+	}
+	meter.Update(int64(rs.Frames), rs.Bytes)
+	meter.Done()
+	if err != nil {
+		return mirrorCmd.Errorf(stderr, exitDiffer, "replay %s: %v", *from, err)
+	}
+	wc.UntilDrained = true
+	workers, err := runWorkers(ctx, bus, []*sink.Spec{spec}, wc, nil, log)
+	if err != nil {
+		return mirrorCmd.Errorf(stderr, exitError, "%v", err)
+	}
+	w := summaries([]*sink.Spec{spec}, workers)[0]
+	sum := mirrorSummary{From: *from, To: spec.Where(), Seconds: time.Since(start).Seconds(), Metas: rs.Metas, Revisions: rs.Revisions,
+		Blobs: rs.Blobs, LargeBlobs: rs.LargeBlobs, Applied: w.Applied, DeadLettered: w.DeadLettered, Warnings: []string{}}
+	for _, warn := range rs.Warnings {
+		sum.Warnings = append(sum.Warnings, warn.Error())
+	}
+	if *asJSON {
+		cli.JSON(stdout, sum)
+	} else {
+		fmt.Fprintf(stdout, "mirrored %s into %s in %s: %d metas, %d revisions, %d blobs (%d through the object store), %d events applied, %d dead-lettered\n",
+			*from, spec.Where(), time.Since(start).Round(time.Millisecond), rs.Metas, rs.Revisions, rs.Blobs, rs.LargeBlobs, w.Applied, w.DeadLettered)
+		for _, warn := range sum.Warnings {
+			fmt.Fprintf(stdout, "warning: %s\n", warn)
+		}
+	}
+	if w.DeadLettered > 0 {
+		return exitDiffer
+	}
+	return exitOK
+}

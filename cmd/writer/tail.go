@@ -1,0 +1,95 @@
+package main
+
+// writer tail: a snapshot, then every change of a Postgres deployment,
+// published until interrupted.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/specstar/replicator/internal/cli"
+	"github.com/specstar/replicator/internal/httpops"
+	"github.com/specstar/replicator/internal/progress"
+	"github.com/specstar/replicator/source"
+	"github.com/specstar/replicator/source/postgres"
+	"github.com/specstar/replicator/source/publish"
+)
+
+var tailCmd = &cli.Command{
+	Name:  "writer tail",
+	Usage: "writer tail --from postgres://...|NAME [--from-resources ...] [--from-blobs ...] [--mode auto|logical|poll] [--nats URL]",
+	Summary: `Publish a snapshot if none was completed, then every change as it
+happens until interrupted: by logical replication (a slot and a
+publication, created if missing) where wal_level=logical and the user may
+replicate, else by keyset polling. Positions are stored in the stream's
+positions bucket. --drop-slot removes the slot and the publication.`,
+	Examples: []string{
+		"writer tail --from postgres://specstar@db/app --nats nats://nats:4222",
+		"writer tail --from postgres://db/app --mode poll --listen 127.0.0.1:9470",
+		"writer tail --from postgres://db/app --drop-slot",
+	},
+}
+
+func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
+	var verbose bool
+	fs := tailCmd.FlagSet(&verbose)
+	var f pgFlags
+	f.register(fs, stderr)
+	var o publish.TailOptions
+	fs.StringVar(&o.Mode, "mode", publish.ModeAuto, "how to follow changes: logical (replication slot, pgoutput), poll (keyset polling on updated_time), or auto (logical where the server allows it, else poll)")
+	fs.DurationVar(&o.Interval, "interval", postgres.DefaultPollInterval, "poll mode: poll interval when nothing changed")
+	fs.DurationVar(&o.Overlap, "overlap", postgres.DefaultPollOverlap, "poll mode: re-read window for commits that become visible late")
+	fs.DurationVar(&o.PurgeCheck, "purge-check", postgres.DefaultPurgeCheck, "poll mode: how often the meta tables' ids are listed to publish a purge for each deleted row (negative: never)")
+	lo := &o.Logical
+	fs.StringVar(&lo.Slot, "slot", postgres.DefaultLogicalSlot, "logical mode: replication slot name")
+	fs.StringVar(&lo.Publication, "publication", postgres.DefaultLogicalPublication, "logical mode: publication name")
+	fs.DurationVar(&lo.Heartbeat, "heartbeat", postgres.DefaultLogicalHeartbeat, "logical mode: status update interval, so an idle slot does not pin WAL")
+	dropSlot := fs.Bool("drop-slot", false, "drop the replication slot and publication (and forget the logical position), then exit")
+	listen := fs.String("listen", "127.0.0.1:9465", "address for /metrics, /healthz and /readyz (empty: off)")
+	pos, code, ok := tailCmd.Parse(fs, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) != 0 {
+		return tailCmd.Usagef(stderr, "unexpected arguments %q", pos)
+	}
+	if err := f.src.postgres(fs); err != nil {
+		return tailCmd.Usagef(stderr, "%v", err)
+	}
+	switch o.Mode {
+	case publish.ModeAuto, publish.ModeLogical, publish.ModePoll:
+	default:
+		return tailCmd.Usagef(stderr, "--mode %q (want auto, logical or poll)", o.Mode)
+	}
+	var meter *progress.Meter
+	m := newTailMetrics()
+	p, bus, closeFn, err := openPG(ctx, &f, log, m.hooks(&meter))
+	if err != nil {
+		fmt.Fprintf(stderr, "writer tail: %v\n", err)
+		return exitError
+	}
+	defer closeFn()
+	if *dropSlot {
+		if err := p.DropSlot(ctx, *lo); err != nil {
+			fmt.Fprintf(stderr, "writer tail: %v\n", err)
+			return exitError
+		}
+		fmt.Fprintf(stdout, "dropped slot %s and publication %s\n", lo.Slot, lo.Publication)
+		return exitOK
+	}
+	meter = progress.New("tail "+source.Redact(f.src.from), 0, log)
+	defer meter.Done()
+	if err := httpops.Serve(ctx, *listen, m.reg, func() bool { return m.streaming.Load() && bus.Connected() }, log); err != nil {
+		return tailCmd.Errorf(stderr, exitError, "--listen %s: %v (give each process its own --listen ADDR, or --listen '' for none)", *listen, err)
+	}
+	mode, err := p.Tail(ctx, o)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "writer tail: %v\n", err)
+		return exitError
+	}
+	fmt.Fprintf(stdout, "tail of %s (%s) stopped: %d events published\n", source.Redact(f.src.from), mode, p.Events())
+	return exitOK
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/specstar/replicator/internal/cli"
+	"github.com/specstar/replicator/internal/testfixtures"
+)
+
+// TestWriterVocabularyMatchesREADME: every writer command's source and
+// sink flags are those of the README's table, and its --help exits 0
+// with examples.
+func TestWriterVocabularyMatchesREADME(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := cli.ParseVocabulary(string(readme))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range commands {
+		var got *flag.FlagSet
+		cli.ParseHook = func(_ *cli.Command, fs *flag.FlagSet) { got = fs }
+		var out, errs bytes.Buffer
+		code := run(context.Background(), []string{name, "--help"}, &out, &errs)
+		cli.ParseHook = nil
+		if code != exitOK || !strings.Contains(out.String(), "\nexamples:\n") || got == nil {
+			t.Errorf("writer %s --help: exit %d\n%s%s", name, code, out.String(), errs.String())
+			continue
+		}
+		row, ok := rows["writer "+name]
+		if !ok {
+			t.Errorf("the README's vocabulary table has no row for writer %s", name)
+			continue
+		}
+		for _, bad := range cli.CheckVocabulary("writer "+name, got, row) {
+			t.Error(bad)
+		}
+	}
+}
+
+// TestExportDiskMirror: archive -> replicator mirror -> writer export
+// --from DIR gives back the archive's records; an existing output is
+// refused without --force; the archive is 0644.
+func TestExportDiskMirror(t *testing.T) {
+	repl := buildBinary(t, "../replicator")
+	for _, name := range []string{"small.acbak", "blobs.acbak"} {
+		t.Run(name, func(t *testing.T) {
+			archive := testfixtures.Path(t, name)
+			dir := t.TempDir()
+			if out, err := execOut(repl, "mirror", "--from", archive, "--to", dir, "--data-dir", t.TempDir()); err != nil {
+				t.Fatalf("mirror: %v\n%s", err, out)
+			}
+			exported := filepath.Join(t.TempDir(), "export.acbak")
+			if code, out, errs := runWriter(t, "export", "--from", dir, "--to", exported); code != exitOK {
+				t.Fatalf("export: %d\n%s%s", code, out, errs)
+			}
+			want, got := recordSet(t, archive), recordSet(t, exported)
+			if len(want) == 0 || len(got) != len(want) {
+				t.Fatalf("exported %d distinct records, the archive holds %d", len(got), len(want))
+			}
+			for k := range want {
+				if !got[k] {
+					t.Errorf("a record of the archive is missing from the export (%.60q)", k)
+				}
+			}
+			if st, err := os.Stat(exported); err != nil || st.Mode().Perm() != 0o644 {
+				t.Errorf("export mode: %v %v", st.Mode(), err)
+			}
+			if code, _, errs := runWriter(t, "export", "--from", dir, "--to", exported); code != exitError || !strings.Contains(errs, "--force") {
+				t.Errorf("export over an existing file: exit %d\n%s", code, errs)
+			}
+			if code, _, errs := runWriter(t, "export", "--from", dir, "--to", exported, "--force"); code != exitOK {
+				t.Errorf("export --force: exit %d\n%s", code, errs)
+			}
+		})
+	}
+	if code, _, errs := runWriter(t, "export", "--from", t.TempDir(), "--to", filepath.Join(t.TempDir(), "x.acbak")); code != exitDiffer || !strings.Contains(errs, "no models found (looked for") {
+		t.Errorf("export of an empty tree: exit %d\n%s", code, errs)
+	}
+}
+
+// TestNotAnArchive: a file that is not an archive says so.
+func TestNotAnArchive(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "notes.txt")
+	os.WriteFile(path, []byte("these are notes, not an archive\n"), 0o644)
+	code, _, errs := runWriter(t, "inspect", "--from", path)
+	if code != exitInvalid || !strings.Contains(errs, "not an .acbak archive: the first frame") {
+		t.Errorf("inspect of a text file: exit %d\n%s", code, errs)
+	}
+}
+
+// execOut runs a built binary and returns its combined output.
+func execOut(bin string, args ...string) ([]byte, error) {
+	return exec.Command(bin, args...).CombinedOutput()
+}

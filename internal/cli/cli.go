@@ -1,0 +1,260 @@
+// Package cli is what the replicator's commands (cmd/replicator,
+// cmd/writer) share about their command line: exit codes, one help
+// format (usage line, what the command does, flags grouped by what they
+// name, examples), deprecated flag spellings, --json and -v. It exists
+// so that every command speaks the same vocabulary and cannot drift.
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+)
+
+// Exit codes, the same for every command.
+const (
+	// ExitOK: done, or equal.
+	ExitOK = 0
+	// ExitDiffer: differences found, or invalid input (an archive that is
+	// not valid, dead-lettered records).
+	ExitDiffer = 1
+	// ExitError: a usage error, or an operational error (a store or the
+	// stream could not be reached, a write failed).
+	ExitError = 2
+)
+
+// Group is what a flag names, for help and the README's vocabulary table.
+type Group string
+
+// The flag groups, in the order help prints them.
+const (
+	GroupSource  Group = "source"  // what is read
+	GroupSink    Group = "sink"    // what is written
+	GroupStream  Group = "stream"  // the JetStream stream and its server
+	GroupOutput  Group = "output"  // what is printed, served or logged
+	GroupOptions Group = "options" // everything else
+)
+
+var groupOrder = []Group{GroupSource, GroupSink, GroupStream, GroupOutput, GroupOptions}
+
+// groups assigns flags to groups by name; flags not listed are options.
+var groups = map[string]Group{
+	"from": GroupSource, "from-meta": GroupSource, "from-resources": GroupSource, "from-blobs": GroupSource,
+	"archive": GroupSource, "source": GroupSource, "source-resources": GroupSource, "source-blobs": GroupSource,
+	"to": GroupSink, "sink": GroupSink, "meta": GroupSink, "resources": GroupSink, "blobs": GroupSink, "consumer": GroupSink,
+	"nats": GroupStream, "stream": GroupStream, "subject-prefix": GroupStream, "data-dir": GroupStream, "replicas": GroupStream,
+	"max-age": GroupStream, "max-bytes": GroupStream, "retention": GroupStream, "duplicate-window": GroupStream,
+	"mirror-of": GroupStream, "mirror-domain": GroupStream, "mirror-api-prefix": GroupStream, "domain": GroupStream,
+	"config": GroupStream, "max-inflight": GroupStream,
+	"json": GroupOutput, "v": GroupOutput, "listen": GroupOutput,
+}
+
+// GroupOf is the group of a flag of the named command. The writer's
+// snapshot and tail read --resources and --blobs (deprecated spellings of
+// --from-resources and --from-blobs).
+func GroupOf(command, name string) Group {
+	if (name == "resources" || name == "blobs") && strings.HasPrefix(command, "writer ") {
+		return GroupSource
+	}
+	if g, ok := groups[name]; ok {
+		return g
+	}
+	return GroupOptions
+}
+
+// Command describes one command for its help.
+type Command struct {
+	Name     string   // "replicator verify"
+	Usage    string   // the usage line, without "usage: "
+	Summary  string   // what it does, one paragraph
+	Examples []string // two or three command lines
+}
+
+// DeprecatedMark is what the help of a deprecated spelling contains.
+const DeprecatedMark = "(deprecated: use "
+
+// FlagSet returns an empty flag set for the command, with -v.
+func (c *Command) FlagSet(verbose *bool) *flag.FlagSet {
+	fs := flag.NewFlagSet(c.Name, flag.ContinueOnError)
+	fs.BoolVar(verbose, "v", false, "log INFO lines (progress, connections) on stderr")
+	return fs
+}
+
+// ParseHook, when not nil, is called with every flag set Parse is given
+// before it parses; tests use it to collect each command's flags.
+var ParseHook func(c *Command, fs *flag.FlagSet)
+
+// Parse parses args (flags may follow positionals) and returns the
+// positionals. On --help it prints the help on stdout and returns ExitOK
+// with ok false; on a usage error it prints the error and a hint on
+// stderr and returns ExitError with ok false.
+func (c *Command) Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (pos []string, code int, ok bool) {
+	if ParseHook != nil {
+		ParseHook(c, fs)
+	}
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			c.PrintHelp(stdout, fs)
+			return nil, ExitOK, false
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\nusage: %s\n(%s --help shows every flag)\n", c.Name, err, c.Usage, c.Name)
+			return nil, ExitError, false
+		}
+		if fs.NArg() == 0 {
+			return pos, ExitOK, true
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// Usagef prints a usage error naming the command and returns ExitError.
+func (c *Command) Usagef(stderr io.Writer, format string, args ...any) int {
+	fmt.Fprintf(stderr, "%s: %s\nusage: %s\n", c.Name, fmt.Sprintf(format, args...), c.Usage)
+	return ExitError
+}
+
+// Errorf prints an operational error naming the command and returns code.
+func (c *Command) Errorf(stderr io.Writer, code int, format string, args ...any) int {
+	fmt.Fprintf(stderr, "%s: %s\n", c.Name, fmt.Sprintf(format, args...))
+	return code
+}
+
+// PrintHelp writes the usage line, the summary, the flags by group and
+// the examples.
+func (c *Command) PrintHelp(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "usage: %s\n\n%s\n", c.Usage, c.Summary)
+	byGroup := map[Group][]*flag.Flag{}
+	fs.VisitAll(func(f *flag.Flag) { byGroup[GroupOf(c.Name, f.Name)] = append(byGroup[GroupOf(c.Name, f.Name)], f) })
+	for _, g := range groupOrder {
+		if len(byGroup[g]) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s flags:\n", g)
+		for _, f := range byGroup[g] {
+			name, usage := flag.UnquoteUsage(f)
+			line := "  --" + f.Name
+			if name != "" {
+				line += " " + name
+			}
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" && f.DefValue != "[]" {
+				usage += fmt.Sprintf(" (default %q)", f.DefValue)
+			}
+			fmt.Fprintf(w, "%s\n      %s\n", line, usage)
+		}
+	}
+	if len(c.Examples) > 0 {
+		fmt.Fprintln(w, "\nexamples:")
+		for _, e := range c.Examples {
+			fmt.Fprintf(w, "  %s\n", e)
+		}
+	}
+}
+
+// Alias registers old as a deprecated spelling of the flag to (already
+// registered on fs): setting it sets to and warns once on warn.
+func Alias(fs *flag.FlagSet, old, to string, warn io.Writer) {
+	target := fs.Lookup(to)
+	if target == nil {
+		panic("cli: alias of unknown flag --" + to)
+	}
+	fs.Var(&alias{old: old, to: to, target: target.Value, warn: warn, cmd: fs.Name()}, old,
+		fmt.Sprintf("%s--%s) %s", DeprecatedMark, to, firstSentence(target.Usage)))
+}
+
+type alias struct {
+	old, to, cmd string
+	target       flag.Value
+	warn         io.Writer
+	warned       bool
+}
+
+func (a *alias) String() string {
+	if a == nil || a.target == nil {
+		return ""
+	}
+	return a.target.String()
+}
+
+func (a *alias) Set(v string) error {
+	if !a.warned {
+		a.warned = true
+		Deprecated(a.warn, a.cmd, "--"+a.old, "--"+a.to)
+	}
+	return a.target.Set(v)
+}
+
+// IsBoolFlag lets a deprecated spelling of a boolean flag stand alone.
+func (a *alias) IsBoolFlag() bool {
+	b, ok := a.target.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// Deprecated prints the one-line warning for a deprecated spelling.
+func Deprecated(w io.Writer, cmd, old, now string) {
+	fmt.Fprintf(w, "%s: warning: %s is deprecated: use %s\n", cmd, old, now)
+}
+
+func firstSentence(s string) string {
+	if i := strings.Index(s, ": "); i > 0 && i < 40 {
+		return s[:i]
+	}
+	return s
+}
+
+// Logger is the commands' logger: text on stderr, WARN and above unless
+// verbose.
+func Logger(stderr io.Writer, verbose bool) *slog.Logger {
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// JSON writes v as one indented JSON object on w.
+func JSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// Multi collects a repeated flag.
+type Multi []string
+
+func (m *Multi) String() string     { return strings.Join(*m, ",") }
+func (m *Multi) Set(v string) error { *m = append(*m, v); return nil }
+
+// Flags lists the names of fs's flags, sorted.
+func Flags(fs *flag.FlagSet) []string {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	slices.Sort(names)
+	return names
+}
+
+// Verbose reports whether args ask for -v, so that the logger can be
+// made before the command's flags are parsed.
+func Verbose(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "-v", "--v", "-v=true", "--v=true":
+			return true
+		case "--":
+			return false
+		}
+	}
+	return false
+}
+
+// Printf writes a human summary line.
+func Printf(w io.Writer, format string, args ...any) { fmt.Fprintf(w, format, args...) }
