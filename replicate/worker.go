@@ -165,7 +165,7 @@ func (w *Worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
 
 // Run consumes until ctx ends or, with UntilDrained, until every event the
 // stream held when Run started is applied (then it returns nil).
-func (w *Worker) Run(ctx context.Context) error {
+func (w *Worker) Run(ctx context.Context) (runErr error) {
 	cons, err := w.consumer(ctx)
 	if err != nil {
 		return err
@@ -181,7 +181,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		if ci, err := cons.Info(ctx); err == nil {
 			meter = progress.NewCount("sink "+w.opts.Display, int64(ci.NumPending)+int64(ci.NumAckPending), w.log)
-			defer meter.Done()
+			defer func() { meter.Stop(runErr) }()
 		}
 	}
 	w.m.setReady(w.opts.Name, true)

@@ -95,7 +95,7 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		err = pub.Flush(ctx)
 	}
 	meter.Update(int64(rs.Frames), rs.Bytes)
-	meter.Done()
+	meter.Stop(err)
 	if err != nil {
 		return mirrorCmd.Errorf(stderr, exitDiffer, "replay %s: %v", *from, err)
 	}

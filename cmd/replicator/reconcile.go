@@ -104,7 +104,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	}
 
 	st, err := compare.Reconcile(ctx, cs.src, cs.reader, compare.ReconcileOptions{Scope: scopeOf(spec), Fix: pub, Out: out, Index: index})
-	cs.meter.Done()
+	cs.meter.Stop(err)
 	if err != nil {
 		return reconcileCmd.Errorf(stderr, exitError, "%s: %v", from, err)
 	}
@@ -123,7 +123,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		pr, perr = compare.Prune(ctx, lister, cs.reader, index, compare.PruneOptions{
 			Models: spec.Models, Fix: pub, Out: out, Progress: func(n int) { pmeter.Update(int64(n), 0) },
 		})
-		pmeter.Done()
+		pmeter.Stop(perr)
 		res.Prune = pr
 	}
 	if fix != nil {

@@ -132,7 +132,7 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		out = io.Discard // the differences are counted in the object
 	}
 	c, err := compare.Verify(ctx, cs.src, cs.reader, compare.VerifyOptions{Scope: scopeOf(cs.spec), Out: out})
-	cs.meter.Done()
+	cs.meter.Stop(err)
 	if err != nil {
 		return verifyCmd.Errorf(stderr, exitError, "%s: %v", cs.from, err)
 	}

@@ -87,7 +87,7 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	start := time.Now()
 	meter := progress.New("export "+spec.Name, 0, log)
 	st, err := export.Write(ctx, s, *to, export.Options{Blobs: blobs, AllowMissingBlobs: *allowMissing, Force: *force, Progress: meter.Update, Log: log})
-	meter.Done()
+	meter.Stop(err)
 	switch {
 	case errors.Is(err, export.ErrNoModels):
 		return exportCmd.Errorf(stderr, exitDiffer, "%s: no models found (looked for %s); nothing was written", spec.Name, lookedFor(spec.From))

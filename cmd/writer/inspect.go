@@ -58,7 +58,7 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	meter := progress.New("inspect "+path, opts.Size, log)
 	sum, err := acbak.Inspect(ctx, f, opts, func(n int, off int64) { meter.Update(int64(n), off) })
 	meter.Update(int64(sum.Frames), sum.Bytes)
-	meter.Done()
+	meter.Stop(err)
 	if err != nil {
 		fmt.Fprintf(stderr, "writer inspect: %s: %v\n", path, err)
 		return exitInvalid
@@ -142,7 +142,7 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	if res != nil {
 		meter.Update(int64(res.Frames), res.Bytes)
 	}
-	meter.Done()
+	meter.Stop(err)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			fmt.Fprintln(stderr, "writer verify: interrupted")

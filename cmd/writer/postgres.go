@@ -169,7 +169,7 @@ func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	start := time.Now()
 	meter = progress.New("snapshot "+source.Redact(f.src.from), 0, log)
 	st, err := p.Snapshot(ctx)
-	meter.Done()
+	meter.Stop(err)
 	if err != nil {
 		return snapshotCmd.Errorf(stderr, exitError, "%v (the position is stored; run again to resume)", err)
 	}

@@ -96,7 +96,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		err = pub.Flush(ctx)
 	}
 	meter.Update(int64(st.Frames), st.Bytes)
-	meter.Done()
+	meter.Stop(err)
 	if err != nil {
 		return replayCmd.Errorf(stderr, exitInvalid, "%s: %v", path, err)
 	}
@@ -144,7 +144,7 @@ func precheck(ctx context.Context, f *os.File, path string, opts acbak.Options, 
 			first = &p
 		}
 	}, func(frames int, off int64) { meter.Update(int64(frames), off) })
-	meter.Done()
+	meter.Stop(err)
 	switch {
 	case err != nil:
 		fmt.Fprintf(stderr, "writer replay: %s: %v; nothing was published\n", path, err)

@@ -38,7 +38,7 @@ func snapshotS3(ctx context.Context, f *pgFlags, asJSON bool, stdout, stderr io.
 	start := time.Now()
 	meter := progress.New("snapshot "+store.String(), 0, log)
 	st, err := store.Publish(ctx, bus, f.inflight, log, meterHooks(&meter))
-	meter.Done()
+	meter.Stop(err)
 	if err != nil {
 		fmt.Fprintf(stderr, "writer snapshot: %s: %v\n", store, err)
 		return exitError

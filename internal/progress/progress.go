@@ -79,6 +79,31 @@ func (m *Meter) Done() {
 	m.report(time.Now(), true)
 }
 
+// Stop ends the meter for work that may have failed: with err nil it is
+// Done; otherwise the final line says the work failed, with the error, so
+// a failed command never reports "done".
+func (m *Meter) Stop(err error) {
+	if err == nil {
+		m.Done()
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.finished {
+		return
+	}
+	m.finished = true
+	if m.term != nil {
+		if m.drawn {
+			fmt.Fprintln(m.term)
+		}
+		return // the command prints the error itself
+	}
+	if m.log != nil {
+		m.log.Warn(m.what+" failed", "records", m.records, "bytes", m.bytes, "err", err)
+	}
+}
+
 func (m *Meter) report(now time.Time, final bool) {
 	elapsed := now.Sub(m.start).Seconds()
 	rate := 0.0

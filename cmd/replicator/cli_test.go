@@ -1,0 +1,124 @@
+package main
+
+// Tests of what the command line promises (issue 13) that the vocabulary
+// and exit-code tests do not cover.
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/specstar/replicator/internal/testfixtures"
+)
+
+// TestJSONIsOneObject (issue 13, item 5): with --json a command prints
+// exactly one JSON object on stdout, whose counts are the command's, and
+// its logs go to stderr.
+func TestJSONIsOneObject(t *testing.T) {
+	archive := testfixtures.Path(t, "small.acbak")
+	dir := filepath.Join(t.TempDir(), "mirror")
+	for _, tc := range []struct {
+		args []string
+		want map[string]any
+	}{
+		{[]string{"mirror", "--from", archive, "--to", dir, "--json"}, map[string]any{"metas": 6.0, "revisions": 10.0, "applied": 16.0, "dead_lettered": 0.0}},
+		{[]string{"verify", "--from", archive, "--to", dir, "--json"}, map[string]any{"equal": true, "metas": 6.0, "revisions": 10.0, "differences": 0.0}},
+	} {
+		code, out, errs := runCmd(t, tc.args...)
+		if code != exitOK {
+			t.Fatalf("%v: exit %d\n%s%s", tc.args, code, out, errs)
+		}
+		dec := json.NewDecoder(strings.NewReader(out))
+		var got map[string]any
+		if err := dec.Decode(&got); err != nil {
+			t.Fatalf("%v: stdout is not a JSON object: %v\n%s", tc.args, err, out)
+		}
+		if dec.More() {
+			t.Fatalf("%v: more than one value on stdout:\n%s", tc.args, out)
+		}
+		for k, v := range tc.want {
+			if got[k] != v {
+				t.Errorf("%v: %s = %v, want %v (%s)", tc.args, k, got[k], v, out)
+			}
+		}
+	}
+}
+
+// TestQuietUnlessVerboseAndNoDoneOnFailure (issue 13, item 7): a batch
+// command prints its summary and no INFO log lines unless -v, and a
+// command that fails never logs "done".
+func TestQuietUnlessVerboseAndNoDoneOnFailure(t *testing.T) {
+	archive := testfixtures.Path(t, "small.acbak")
+	dir := filepath.Join(t.TempDir(), "mirror")
+	_, _, errs := runCmd(t, "mirror", "--from", archive, "--to", dir)
+	if strings.Contains(errs, "level=INFO") {
+		t.Errorf("mirror without -v logged INFO lines:\n%s", errs)
+	}
+	_, _, errs = runCmd(t, "mirror", "--from", archive, "--to", filepath.Join(t.TempDir(), "again"), "-v")
+	if !strings.Contains(errs, "level=INFO") {
+		t.Errorf("mirror -v logged no INFO line:\n%s", errs)
+	}
+	// A truncated archive: verify fails, and says so rather than "done".
+	data := testfixtures.Read(t, "medium.acbak")
+	bad := filepath.Join(t.TempDir(), "cut.acbak")
+	if err := writeFile(bad, data[:len(data)/2]); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := runCmd(t, "verify", "--from", bad, "--to", dir, "-v")
+	if code == exitOK {
+		t.Fatal("verify of a truncated archive succeeded")
+	}
+	if strings.Contains(errs, " done\"") || strings.Contains(errs, " done ") {
+		t.Errorf("a failed verify logged done:\n%s", errs)
+	}
+}
+
+// TestPostgresSinkKeepsRevisionsByDefault (issue 13, item 9): a
+// postgres:// sink given alone stored metas only unless revisions=true,
+// reported every event applied, and the Postgres source (revisions on by
+// default) then failed on tables the sink never made. Sink and source now
+// agree: the sink keeps revisions too, and the round trip verifies.
+func TestPostgresSinkKeepsRevisionsByDefault(t *testing.T) {
+	conn, prefix := pgTables(t, "defrev")
+	pg := pgDSN() + pgSep() + "table_prefix=" + prefix
+	archive := testfixtures.Path(t, "small.acbak")
+	if code, out, errs := runCmd(t, "mirror", "--from", archive, "--to", pg); code != exitOK {
+		t.Fatalf("mirror: exit %d\n%s%s", code, out, errs)
+	}
+	var n int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM "`+prefix+`resource_data"`).Scan(&n); err != nil {
+		t.Fatalf("no revisions table: %v", err)
+	}
+	if n != 10 {
+		t.Fatalf("%d revisions stored, want small.acbak's 10", n)
+	}
+	if code, out, errs := runCmd(t, "verify", "--from", pg, "--to", filepath.Join(t.TempDir(), "none")); code == exitOK {
+		t.Fatalf("verify against a missing sink succeeded:\n%s%s", out, errs)
+	}
+	dir := filepath.Join(t.TempDir(), "mirror")
+	if code, out, errs := runCmd(t, "mirror", "--from", archive, "--to", dir); code != exitOK {
+		t.Fatalf("mirror to disk: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, errs := runCmd(t, "verify", "--from", pg, "--to", dir); code != exitOK {
+		t.Fatalf("verify --from %s (the source reads revisions by default): exit %d\n%s%s", pg, code, out, errs)
+	}
+}
+
+// TestDiskMetaFormDetected (issue 13, item 3): a reader of a disk tree
+// whose metas are in meta.db reported every meta missing unless told
+// meta=sqlite; it now finds them either way.
+func TestDiskMetaFormDetected(t *testing.T) {
+	archive := testfixtures.Path(t, "small.acbak")
+	dir := filepath.Join(t.TempDir(), "mirror")
+	if code, out, errs := runCmd(t, "mirror", "--from", archive, "--to", "disk:"+dir+"?meta=sqlite"); code != exitOK {
+		t.Fatalf("mirror: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, errs := runCmd(t, "verify", "--from", archive, "--to", dir); code != exitOK || !strings.Contains(out, "equal") {
+		t.Fatalf("verify of a meta.db tree without meta=sqlite: exit %d\n%s%s", code, out, errs)
+	}
+}
+
+func writeFile(path string, b []byte) error { return os.WriteFile(path, b, 0o644) }
