@@ -320,7 +320,8 @@ func TestFinalCountsAgree(t *testing.T) {
 	_, from := deploymentAt(t, pgDSN(), "counts")
 	from += "&blobs=" + t.TempDir() // a DiskBlobStore (empty: no payload references a blob)
 	bus := testStream(t)
-	stop := startTail(t, "--mode", "poll", "--from", from, "--nats", bus.URL(), "--interval", "100ms", "--listen", "")
+	// -v: the progress lines are INFO logs, shown only when asked for.
+	stop := startTail(t, "--mode", "poll", "--from", from, "--nats", bus.URL(), "--interval", "100ms", "--listen", "", "-v")
 	waitMsgs(t, bus, 6, "its snapshot (3 metas, 3 revisions)")
 	out := stop()
 	var published int64
@@ -336,7 +337,7 @@ func TestFinalCountsAgree(t *testing.T) {
 	if out, err := exec.Command(repl, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", mirror).CombinedOutput(); err != nil {
 		t.Fatalf("replicator run: %v\n%s", err, out)
 	}
-	cmd := exec.Command(repl, "verify", "--source", from, "--sink", mirror)
+	cmd := exec.Command(repl, "verify", "--from", from, "--to", mirror, "-v")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
