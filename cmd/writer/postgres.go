@@ -142,6 +142,9 @@ func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	if len(pos) != 0 {
 		return snapshotCmd.Usagef(stderr, "unexpected arguments %q", pos)
 	}
+	if code, done := snapshotAny(ctx, &f, fs, *asJSON, stdout, stderr, log); done {
+		return code
+	}
 	if err := f.src.postgres(fs); err != nil {
 		return snapshotCmd.Usagef(stderr, "%v", err)
 	}

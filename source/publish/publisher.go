@@ -84,7 +84,13 @@ func (p *Publisher) Flush(ctx context.Context) error { return p.pub.Flush(ctx) }
 // Publish publishes one record of model, then, for a revision, the blobs
 // its payload references that were not published yet.
 func (p *Publisher) Publish(ctx context.Context, model string, rec events.Record) error {
-	env, err := events.EnvelopeFor(p.bus.Prefix(), model, rec, nil)
+	return p.publish(ctx, model, rec, nil)
+}
+
+// publish is Publish with the record's exact bytes, where the caller has
+// them (nil re-encodes).
+func (p *Publisher) publish(ctx context.Context, model string, rec events.Record, payload []byte) error {
+	env, err := events.EnvelopeFor(p.bus.Prefix(), model, rec, payload)
 	if err != nil {
 		return err
 	}

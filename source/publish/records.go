@@ -1,0 +1,51 @@
+package publish
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/source"
+)
+
+// RecordStats counts what Records published.
+type RecordStats struct {
+	Metas, Revisions, Blobs, Missing int
+}
+
+// Records publishes every record src yields, in its order, with exact
+// bytes where the source has them, and its blobs inline or through the
+// object store by size: a snapshot of a source that has no live tail of
+// its own (an archive, a disk deployment). A blob the source references
+// but does not hold is counted as missing and not published.
+func (p *Publisher) Records(ctx context.Context, src source.Source) (RecordStats, error) {
+	var st RecordStats
+	for r, err := range src.Records(ctx) {
+		if err != nil {
+			return st, err
+		}
+		switch rec := r.Record.(type) {
+		case *events.BlobRecord:
+			bin := &events.Binary{FileID: events.Some(rec.FileID), Size: events.Some(int64(len(rec.BlobData))), ContentType: events.Some(rec.ContentType)}
+			if err := p.PublishBlob(ctx, r.Model, rec.FileID, bin, bytes.NewReader(rec.BlobData)); err != nil {
+				return st, fmt.Errorf("%s: blob %s: %w", r.Where, rec.FileID, err)
+			}
+			st.Blobs++
+		case *events.BlobRefRecord:
+			st.Missing++
+			p.log.Warn("a referenced blob the source does not hold is not published", "model", r.Model, "file_id", rec.FileID, "where", r.Where)
+		default:
+			if err := p.publish(ctx, r.Model, rec, r.Payload); err != nil {
+				return st, fmt.Errorf("%s: %w", r.Where, err)
+			}
+			switch rec.(type) {
+			case *events.MetaRecord:
+				st.Metas++
+			case *events.RevisionRecord:
+				st.Revisions++
+			}
+		}
+	}
+	return st, p.Flush(ctx)
+}
