@@ -39,23 +39,7 @@ func TestModelComesFromTheSubject(t *testing.T) {
 	}
 	defer bus.Close()
 
-	var base *events.ResourceMeta
-	f, err := os.Open(testfixtures.Path(t, "small.acbak"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for fr, err := range acbak.NewReader(f, acbak.Options{}).All() {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m, ok := fr.Record.(*events.MetaRecord); ok {
-			if base, err = m.Meta(); err != nil {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
+	base, _ := firstMetaAndRevision(t)
 	models := []string{"issue", "issue ", " issue", "issue\t", "iss\nue", "iss ue"}
 	pub := bus.NewPublisher(16)
 	for _, model := range models {
@@ -124,23 +108,7 @@ func TestHashMismatchIsCountedAndLogged(t *testing.T) {
 	}
 	defer bus.Close()
 
-	var res *events.RawResource
-	f, err := os.Open(testfixtures.Path(t, "small.acbak"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for fr, err := range acbak.NewReader(f, acbak.Options{}).All() {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r, ok := fr.Record.(*events.RevisionRecord); ok {
-			if res, err = r.Resource(); err != nil {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
+	_, res := firstMetaAndRevision(t)
 	if res.Info.Migrated() || !res.Info.DataHash.IsSet() {
 		t.Fatal("the fixture's first revision should be a plain one with a data_hash")
 	}
@@ -227,28 +195,7 @@ func TestRecordsLargerThanAMessage(t *testing.T) {
 	}
 	defer bus.Close()
 
-	var meta *events.ResourceMeta
-	var res *events.RawResource
-	f, err := os.Open(testfixtures.Path(t, "small.acbak"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for fr, err := range acbak.NewReader(f, acbak.Options{}).All() {
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch r := fr.Record.(type) {
-		case *events.MetaRecord:
-			if meta == nil {
-				meta, _ = r.Meta()
-			}
-		case *events.RevisionRecord:
-			if res == nil {
-				res, _ = r.Resource()
-			}
-		}
-	}
+	meta, res := firstMetaAndRevision(t)
 	big := *res
 	big.Info.UID = "00000000-0000-4000-8000-0000000b1600"
 	big.Info.RevisionID = meta.ResourceID + ":99"
@@ -320,4 +267,40 @@ func TestRecordsLargerThanAMessage(t *testing.T) {
 	if !bytes.Equal(data, big.RawData) {
 		t.Errorf("the large revision came back different (%d bytes, want %d)", len(data), len(big.RawData))
 	}
+}
+
+// firstMetaAndRevision are the first ResourceMeta and RawResource of
+// small.acbak, an archive SpecStar wrote.
+func firstMetaAndRevision(t *testing.T) (*events.ResourceMeta, *events.RawResource) {
+	t.Helper()
+	f, err := os.Open(testfixtures.Path(t, "small.acbak"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var meta *events.ResourceMeta
+	var res *events.RawResource
+	for fr, err := range acbak.NewReader(f, acbak.Options{}).All() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch r := fr.Record.(type) {
+		case *events.MetaRecord:
+			if meta == nil {
+				if meta, err = r.Meta(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case *events.RevisionRecord:
+			if res == nil {
+				if res, err = r.Resource(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if meta == nil || res == nil {
+		t.Fatal("small.acbak holds no meta or no revision")
+	}
+	return meta, res
 }
