@@ -166,7 +166,7 @@ func e2eLiveMirror(t *testing.T, writerBin, replBin string, v e2eVariant) {
 	}
 	wroteFor := time.Since(began)
 	metas, revisions, blobs := x.ledger.counts()
-	if writes := x.writes.Load(); writes < testsize.Of[int64](30, 100) || blobs < 4 {
+	if writes := x.writes.Load(); writes < testsize.Of[int64](30, 60) || blobs < 4 {
 		t.Fatalf("the writer managed only %d writes referencing %d blobs", writes, blobs)
 	}
 
