@@ -71,49 +71,6 @@ func (e *s3Env) source(t *testing.T, wait time.Duration) *Source {
 }
 
 // withBlobs adds model "report" to d: two resources whose payloads reference
-// blobs (one shared), and returns the blobs' bytes by file_id.
-func withBlobs(t *testing.T, w *specstarpg.Writer, d deployment) map[string][]byte {
-	t.Helper()
-	ctx := context.Background()
-	if err := w.CreateModel(ctx, "report"); err != nil {
-		t.Fatal(err)
-	}
-	data := map[string][]byte{}
-	var blobs []specstarpg.Blob
-	for i, b := range [][]byte{[]byte("hello"), bytes.Repeat([]byte("large "), 300_000), {}} {
-		blob, err := w.PutBlob(ctx, bytes.NewReader(b), []string{"text/plain", "application/octet-stream", ""}[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		data[blob.FileID], blobs = b, append(blobs, blob)
-	}
-	doc := func(title string, files ...specstarpg.Blob) events.Value {
-		var refs []any
-		for _, f := range files {
-			refs = append(refs, f.Value())
-		}
-		return events.Struct{Declared: 2, Fields: []events.StructField{{Name: "title", Value: title}, {Name: "files", Value: refs}}}
-	}
-	for _, wr := range []func() (*specstarpg.Written, error){
-		func() (*specstarpg.Written, error) {
-			return w.Create(ctx, "report", "doc:1", doc("one", blobs[0]), specstarpg.Write{})
-		},
-		func() (*specstarpg.Written, error) {
-			return w.Update(ctx, "report", "doc:1", doc("one+", blobs[0], blobs[1]), specstarpg.Write{})
-		},
-		func() (*specstarpg.Written, error) {
-			return w.Create(ctx, "report", "doc:2", doc("two", blobs[2]), specstarpg.Write{SchemaVersion: events.Some("v1")})
-		},
-	} {
-		written, err := wr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.add(written)
-	}
-	return data
-}
-
 // revKey names a revision by its triple.
 func revKey(info *events.RevisionInfo) string {
 	return info.RevisionID + "|" + versionDir(info.SchemaVersion)
@@ -151,14 +108,14 @@ func checkListed(t *testing.T, recs []emitted, want deployment) {
 			if !ok || rec.model != m {
 				t.Fatalf("record %d: %s of %q, want the meta of %s %s", i-1, rec.rec.Tag(), rec.model, m, rid)
 			}
-			if !bytes.Equal(mr.Data, r.last.MetaData) {
+			if !bytes.Equal(mr.Data, r.Last.MetaData) {
 				t.Errorf("%s %s: meta bytes differ from what the writer wrote", m, rid)
 			}
 			left := map[string]*specstarpg.Written{}
-			for _, rev := range r.revs {
+			for _, rev := range r.Revs {
 				left[revKey(rev.Info)] = rev
 			}
-			for range r.revs {
+			for range r.Revs {
 				rec := next(fmt.Sprintf("the revisions of %s", rid))
 				rr, ok := rec.rec.(*events.RevisionRecord)
 				if !ok {
@@ -257,9 +214,9 @@ func TestPostgresS3CurrentRevisionMissing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.add(wr)
+		d.Add(wr)
 	}
-	cur := d["issue"]["issue:1"].last
+	cur := d["issue"]["issue:1"].Last
 	key := cur.Keys[2] // the index object of the current revision
 	if !strings.HasSuffix(key, "resources/resource/issue:1/issue:1:2/no_ver/uid") {
 		t.Fatalf("index key %q", key)
@@ -340,12 +297,12 @@ func TestPostgresS3Poll(t *testing.T) {
 
 	// The snapshot emitted issue:002's revisions: a change publishes the
 	// meta and only the revision the snapshot did not hold.
-	old := len(d["issue"]["issue:002"].revs)
+	old := len(d["issue"]["issue:002"].Revs)
 	wr, err := e.w.Update(ctx, "issue", "issue:002", payload("polled", 9), specstarpg.Write{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.add(wr)
+	d.Add(wr)
 	got := wait(2)
 	if ids := revisionIDs(got); len(ids) != 1 || ids[0] != wr.Info.RevisionID {
 		t.Fatalf("after a change, Poll emitted revisions %v, want only the new %s (of %d)", ids, wr.Info.RevisionID, old+1)
@@ -361,9 +318,9 @@ func TestPostgresS3Poll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.add(wr)
+	d.Add(wr)
 	changed := deployment{"issue": {"issue:002": d["issue"]["issue:002"]}}
-	got = wait(1 + len(changed["issue"]["issue:002"].revs))
+	got = wait(1 + len(changed["issue"]["issue:002"].Revs))
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Poll ended with %v", err)

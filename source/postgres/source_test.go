@@ -71,86 +71,19 @@ func prefixOf(w *specstarpg.Writer) string {
 	return w.DataTable()[:len(w.DataTable())-len("resource_data")]
 }
 
-// resource is what the writer stored for one resource: its latest write
-// (whose Meta is the current meta) and every revision.
-type resource struct {
-	model string
-	rid   string
-	last  *specstarpg.Written
-	revs  []*specstarpg.Written
-}
+// The expected content of a deployment the test writer populated, shared
+// with the other sources' tests (internal/specstarpg).
+type (
+	resource   = specstarpg.Resource
+	deployment = specstarpg.Deployment
+)
 
-// deployment is the expected content: model -> resource id -> resource.
-type deployment map[string]map[string]*resource
+var (
+	payload   = specstarpg.Payload
+	withBlobs = specstarpg.WithBlobs
+)
 
-func (d deployment) add(wr *specstarpg.Written) {
-	if d[wr.Model] == nil {
-		d[wr.Model] = map[string]*resource{}
-	}
-	r := d[wr.Model][wr.Meta.ResourceID]
-	if r == nil {
-		r = &resource{model: wr.Model, rid: wr.Meta.ResourceID}
-		d[wr.Model][wr.Meta.ResourceID] = r
-	}
-	r.last = wr
-	r.revs = append(r.revs, wr)
-}
-
-func payload(title string, n int) events.Value {
-	return events.Struct{Fields: []events.StructField{{Name: "title", Value: title}, {Name: "n", Value: int64(n)}}, Declared: 2}
-}
-
-// populate writes two models: "issue" (4 resources of 3 revisions; one
-// with naive datetimes, one whose update changes the schema version) and
-// "user" (3 resources of 2 revisions, one versioned).
-func populate(t *testing.T, w *specstarpg.Writer) deployment {
-	t.Helper()
-	ctx := context.Background()
-	d := deployment{}
-	for _, m := range []string{"issue", "user"} {
-		if err := w.CreateModel(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	must := func(wr *specstarpg.Written, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.add(wr)
-	}
-	for i := 1; i <= 4; i++ {
-		rid := fmt.Sprintf("issue:%03d", i)
-		opt := specstarpg.Write{}
-		if i == 2 {
-			opt.At = events.Time{Time: time.Now().UTC(), Naive: true}
-		}
-		if i == 3 {
-			opt.SchemaVersion = events.Some("v1")
-		}
-		must(w.Create(ctx, "issue", rid, payload(rid, 0), opt))
-		for n := 1; n < 3; n++ {
-			if i == 2 {
-				opt.At = events.Time{Time: time.Now().UTC(), Naive: true}
-			}
-			if i == 3 && n == 2 {
-				opt.SchemaVersion = events.Some("v2")
-			}
-			opt.By = fmt.Sprintf("editor%d", n)
-			must(w.Update(ctx, "issue", rid, payload(rid, n), opt))
-		}
-	}
-	for i := 1; i <= 3; i++ {
-		rid := fmt.Sprintf("user:%03d", i)
-		opt := specstarpg.Write{}
-		if i == 1 {
-			opt.SchemaVersion = events.Some("1")
-		}
-		must(w.Create(ctx, "user", rid, payload(rid, 0), opt))
-		must(w.Update(ctx, "user", rid, payload(rid, 1), opt))
-	}
-	return d
-}
+func populate(t *testing.T, w *specstarpg.Writer) deployment { return specstarpg.Populate(t, w) }
 
 type emitted struct {
 	model string
@@ -207,11 +140,11 @@ func checkRecords(t *testing.T, recs []emitted, want deployment) {
 			if !ok || recs[i].model != m {
 				t.Fatalf("record %d: got %s of %q, want the meta of %s %s", i, recs[i].rec.Tag(), recs[i].model, m, rid)
 			}
-			if !bytes.Equal(mr.Data, msgpackOf(t, r.last.Meta)) || !bytes.Equal(mr.Data, r.last.MetaData) {
+			if !bytes.Equal(mr.Data, msgpackOf(t, r.Last.Meta)) || !bytes.Equal(mr.Data, r.Last.MetaData) {
 				t.Errorf("%s %s: meta bytes differ from what the writer wrote", m, rid)
 			}
 			i++
-			for n, rev := range r.revs {
+			for n, rev := range r.Revs {
 				if i >= len(recs) {
 					t.Fatalf("snapshot ended before revision %d of %s %s", n+1, m, rid)
 				}
@@ -300,10 +233,10 @@ func TestPostgresSnapshot(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}
-				if !bytes.Equal(msgpackOf(t, meta), r.last.MetaData) {
+				if !bytes.Equal(msgpackOf(t, meta), r.Last.MetaData) {
 					t.Errorf("%s: meta of %s %s reads back differently", name, m, rid)
 				}
-				for _, rev := range r.revs {
+				for _, rev := range r.Revs {
 					info, data, err := tg.Revision(ctx, m, rid, rev.Info.RevisionID, rev.Info.SchemaVersion)
 					if err != nil {
 						t.Fatalf("%s: %v", name, err)
@@ -514,7 +447,7 @@ func expectPolled(t *testing.T, ch <-chan pollRec, want ...*resource) []byte {
 	t.Helper()
 	left := map[string]*resource{}
 	for _, r := range want {
-		left[r.model+"|"+r.rid] = r
+		left[r.Model+"|"+r.RID] = r
 	}
 	var cur []byte
 	deadline := time.After(2 * time.Second)
@@ -538,14 +471,14 @@ func expectPolled(t *testing.T, ch <-chan pollRec, want ...*resource) []byte {
 			t.Fatalf("Poll emitted %s %s, which did not change", p.model, meta.ResourceID)
 		}
 		delete(left, p.model+"|"+meta.ResourceID)
-		if !bytes.Equal(mr.Data, r.last.MetaData) {
-			t.Errorf("polled meta of %s differs from what the writer wrote", r.rid)
+		if !bytes.Equal(mr.Data, r.Last.MetaData) {
+			t.Errorf("polled meta of %s differs from what the writer wrote", r.RID)
 		}
-		for _, rev := range r.revs {
+		for _, rev := range r.Revs {
 			select {
 			case p = <-ch:
 			case <-deadline:
-				t.Fatalf("Poll did not emit the revisions of %s", r.rid)
+				t.Fatalf("Poll did not emit the revisions of %s", r.RID)
 			}
 			rr, ok := p.rec.(*events.RevisionRecord)
 			if !ok {
@@ -593,7 +526,7 @@ func TestPostgresPoll(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.add(wr)
+		d.Add(wr)
 		return d[wr.Model][wr.Meta.ResourceID]
 	}
 	a := write(w.Update(ctx, "issue", "issue:004", payload("polled", 7), specstarpg.Write{}))
@@ -602,7 +535,7 @@ func TestPostgresPoll(t *testing.T) {
 
 	// Committed now, but dated 2 s before the newest row Poll has read:
 	// inside the 5 s overlap window.
-	late := events.Time{Time: a.last.Meta.UpdatedTime.Time.Add(-2 * time.Second)}
+	late := events.Time{Time: a.Last.Meta.UpdatedTime.Time.Add(-2 * time.Second)}
 	c := write(w.Create(ctx, "issue", "issue:050", payload("late", 1), specstarpg.Write{At: late}))
 	cur := expectPolled(t, ch, c)
 	expectQuiet(t, ch, 300*time.Millisecond)

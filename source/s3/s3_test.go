@@ -10,7 +10,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	s3sink "github.com/specstar/replicator/sink/s3"
 
@@ -78,86 +77,19 @@ func randomPrefix() string {
 	return "t_" + hex.EncodeToString(b[:]) + "_"
 }
 
-// resource is what the writer stored for one resource: its latest write
-// (whose Meta is the current meta) and every revision.
-type resource struct {
-	model string
-	rid   string
-	last  *specstarpg.Written
-	revs  []*specstarpg.Written
-}
+// The expected content of a deployment the test writer populated, shared
+// with the other sources' tests (internal/specstarpg).
+type (
+	resource   = specstarpg.Resource
+	deployment = specstarpg.Deployment
+)
 
-// deployment is the expected content: model -> resource id -> resource.
-type deployment map[string]map[string]*resource
+var (
+	payload   = specstarpg.Payload
+	withBlobs = specstarpg.WithBlobs
+)
 
-func (d deployment) add(wr *specstarpg.Written) {
-	if d[wr.Model] == nil {
-		d[wr.Model] = map[string]*resource{}
-	}
-	r := d[wr.Model][wr.Meta.ResourceID]
-	if r == nil {
-		r = &resource{model: wr.Model, rid: wr.Meta.ResourceID}
-		d[wr.Model][wr.Meta.ResourceID] = r
-	}
-	r.last = wr
-	r.revs = append(r.revs, wr)
-}
-
-func payload(title string, n int) events.Value {
-	return events.Struct{Fields: []events.StructField{{Name: "title", Value: title}, {Name: "n", Value: int64(n)}}, Declared: 2}
-}
-
-// populate writes two models: "issue" (4 resources of 3 revisions; one
-// with naive datetimes, one whose update changes the schema version) and
-// "user" (3 resources of 2 revisions, one versioned).
-func populate(t *testing.T, w *specstarpg.Writer) deployment {
-	t.Helper()
-	ctx := context.Background()
-	d := deployment{}
-	for _, m := range []string{"issue", "user"} {
-		if err := w.CreateModel(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	must := func(wr *specstarpg.Written, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.add(wr)
-	}
-	for i := 1; i <= 4; i++ {
-		rid := fmt.Sprintf("issue:%03d", i)
-		opt := specstarpg.Write{}
-		if i == 2 {
-			opt.At = events.Time{Time: time.Now().UTC(), Naive: true}
-		}
-		if i == 3 {
-			opt.SchemaVersion = events.Some("v1")
-		}
-		must(w.Create(ctx, "issue", rid, payload(rid, 0), opt))
-		for n := 1; n < 3; n++ {
-			if i == 2 {
-				opt.At = events.Time{Time: time.Now().UTC(), Naive: true}
-			}
-			if i == 3 && n == 2 {
-				opt.SchemaVersion = events.Some("v2")
-			}
-			opt.By = fmt.Sprintf("editor%d", n)
-			must(w.Update(ctx, "issue", rid, payload(rid, n), opt))
-		}
-	}
-	for i := 1; i <= 3; i++ {
-		rid := fmt.Sprintf("user:%03d", i)
-		opt := specstarpg.Write{}
-		if i == 1 {
-			opt.SchemaVersion = events.Some("1")
-		}
-		must(w.Create(ctx, "user", rid, payload(rid, 0), opt))
-		must(w.Update(ctx, "user", rid, payload(rid, 1), opt))
-	}
-	return d
-}
+func populate(t *testing.T, w *specstarpg.Writer) deployment { return specstarpg.Populate(t, w) }
 
 func msgpackOf(t *testing.T, v interface {
 	Encode(events.Encoding) ([]byte, error)
@@ -171,49 +103,6 @@ func msgpackOf(t *testing.T, v interface {
 }
 
 // withBlobs adds model "report" to d: two resources whose payloads reference
-// blobs (one shared), and returns the blobs' bytes by file_id.
-func withBlobs(t *testing.T, w *specstarpg.Writer, d deployment) map[string][]byte {
-	t.Helper()
-	ctx := context.Background()
-	if err := w.CreateModel(ctx, "report"); err != nil {
-		t.Fatal(err)
-	}
-	data := map[string][]byte{}
-	var blobs []specstarpg.Blob
-	for i, b := range [][]byte{[]byte("hello"), bytes.Repeat([]byte("large "), 300_000), {}} {
-		blob, err := w.PutBlob(ctx, bytes.NewReader(b), []string{"text/plain", "application/octet-stream", ""}[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		data[blob.FileID], blobs = b, append(blobs, blob)
-	}
-	doc := func(title string, files ...specstarpg.Blob) events.Value {
-		var refs []any
-		for _, f := range files {
-			refs = append(refs, f.Value())
-		}
-		return events.Struct{Declared: 2, Fields: []events.StructField{{Name: "title", Value: title}, {Name: "files", Value: refs}}}
-	}
-	for _, wr := range []func() (*specstarpg.Written, error){
-		func() (*specstarpg.Written, error) {
-			return w.Create(ctx, "report", "doc:1", doc("one", blobs[0]), specstarpg.Write{})
-		},
-		func() (*specstarpg.Written, error) {
-			return w.Update(ctx, "report", "doc:1", doc("one+", blobs[0], blobs[1]), specstarpg.Write{})
-		},
-		func() (*specstarpg.Written, error) {
-			return w.Create(ctx, "report", "doc:2", doc("two", blobs[2]), specstarpg.Write{SchemaVersion: events.Some("v1")})
-		},
-	} {
-		written, err := wr()
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.add(written)
-	}
-	return data
-}
-
 // revKey names a revision by its triple.
 func revKey(info *events.RevisionInfo) string {
 	return info.RevisionID + "|" + schemaDir(info.SchemaVersion)
@@ -287,7 +176,7 @@ func TestSnapshot(t *testing.T) {
 	for m, rs := range want {
 		n := 0
 		for _, r := range rs {
-			for _, rev := range r.revs {
+			for _, rev := range r.Revs {
 				n++
 				b, ok := revs[m][revKey(rev.Info)]
 				if !ok || !bytes.Equal(b, msgpackOf(t, &events.RawResource{Info: *rev.Info, RawData: rev.Data})) {
