@@ -380,7 +380,11 @@ func (d *Sink) ApplyMeta(ctx context.Context, model string, meta *events.Resourc
 	if _, err := d.ensureDir(dir); err != nil {
 		return 0, err
 	}
-	if err := d.writeFileAtomic(dir, name, encoded); err != nil {
+	write := d.writeFileAtomic
+	if existing == nil {
+		write = d.writeFileNew
+	}
+	if err := write(dir, name, encoded); err != nil {
 		return 0, err
 	}
 	return store.Written, nil
@@ -491,10 +495,20 @@ func (d *Sink) ApplyRevision(ctx context.Context, model string, res *events.RawR
 	defer unlock()
 
 	dataDir := filepath.Join(d.root, model, "data")
-	slot := filepath.Join(dataDir, "resource", info.ResourceID, info.RevisionID, store.SchemaDir(info.SchemaVersion))
-	cur, err := readSlot(slot)
+	revDir := filepath.Join(dataDir, "resource", info.ResourceID, info.RevisionID)
+	slot := filepath.Join(revDir, store.SchemaDir(info.SchemaVersion))
+	// The revision's directory is made first: one made by this call holds
+	// no index entry, so there is nothing to read (an empty one left by a
+	// crash is no entry either).
+	_, revFresh, err := d.makeDir(revDir)
 	if err != nil {
 		return 0, err
+	}
+	var cur slotState
+	if !revFresh {
+		if cur, err = readSlot(slot); err != nil {
+			return 0, err
+		}
 	}
 	if cur.uid != "" && cur.uid != info.UID {
 		other, otherBytes, err := d.readStoredInfo(dataDir, cur.uid)
@@ -541,13 +555,15 @@ func (d *Sink) ApplyRevision(ctx context.Context, model string, res *events.RawR
 	wrote := false
 	if writeData || writeInfo {
 		// In a store directory this call made, no index entry points yet,
-		// so no reader can open its files: with sync=batch they are
-		// written in place (syncfs before the ack makes them durable; a
-		// crash before it leaves the batch unacked, and its redelivery
-		// finds the directory, compares and repairs). Otherwise each file
-		// is replaced atomically.
+		// so no reader can open its files: they are written in place
+		// (with sync=file each is fsynced, and the directory too, before
+		// the index entry is made; with sync=batch the syncfs before the
+		// ack makes them durable). A crash before the index entry leaves
+		// the batch unacked, and its redelivery finds the directory,
+		// compares and repairs. Otherwise each file is replaced
+		// atomically.
 		write := d.writeFileAtomic
-		if fresh && d.opts.SyncPerBatch {
+		if fresh {
 			write = d.writeFileInPlace
 		}
 		if writeData {
@@ -613,8 +629,9 @@ const (
 // slotState is an index entry as found: its form and the uid it names
 // ("" if absent or unusable, e.g. a directory whose uid file is missing).
 type slotState struct {
-	form slotForm
-	uid  string
+	form    slotForm
+	uid     string
+	missing bool // a directory without its uid file (a crash while it was made)
 }
 
 // readSlot reads an index entry in either form.
@@ -640,7 +657,7 @@ func readSlot(slot string) (slotState, error) {
 	case fi.IsDir():
 		b, err := os.ReadFile(filepath.Join(slot, "uid"))
 		if errors.Is(err, fs.ErrNotExist) {
-			return slotState{form: slotDir}, nil
+			return slotState{form: slotDir, missing: true}, nil
 		}
 		if err != nil {
 			return slotState{}, fmt.Errorf("sink: index entry: %w", err)
@@ -679,18 +696,28 @@ func linkTargetUID(target string) (string, bool) {
 	return uid, filepath.Base(filepath.Dir(target)) == "store" && store.CanonicalUUID(uid)
 }
 
-// writeSlot points an index entry at uid. A new entry takes the configured
-// form; an existing one keeps its form, so the change is one atomic rename.
+// writeSlot points an index entry at uid; its parent directory exists. A
+// new entry takes the configured form and is made in place: a symlink
+// appears whole, and a directory gets its uid file linked in complete (a
+// crash in between leaves a directory without a uid, which no reader
+// takes for an entry and the redelivery completes). An existing entry
+// keeps its form, so the change is one atomic rename.
 func (d *Sink) writeSlot(slot string, cur slotState, uid string) error {
 	parent := filepath.Dir(slot)
 	target := filepath.Join("..", "..", "..", "store", uid)
 	switch {
 	case cur.form == slotDir:
-		return d.writeFileAtomic(slot, "uid", []byte(uid))
-	case cur.form == slotLink || d.opts.SymlinkIndex:
-		if _, err := d.ensureDir(parent); err != nil {
-			return err
+		if cur.missing {
+			return d.writeFileNew(slot, "uid", []byte(uid))
 		}
+		return d.writeFileAtomic(slot, "uid", []byte(uid))
+	case cur.form == slotNone && d.opts.SymlinkIndex:
+		if err := os.Symlink(target, slot); err != nil {
+			return fmt.Errorf("sink: index entry: %w", err)
+		}
+		d.markDirty(parent)
+		return nil
+	case cur.form == slotLink:
 		tmp, err := d.stage(func(tmp string) error { return os.Symlink(target, tmp) })
 		if err != nil {
 			return fmt.Errorf("sink: index entry: %w", err)
@@ -702,23 +729,11 @@ func (d *Sink) writeSlot(slot string, cur slotState, uid string) error {
 		d.markDirty(parent)
 		return nil
 	}
-	if _, err := d.ensureDir(parent); err != nil {
-		return err
-	}
-	tmp, err := d.stage(func(tmp string) error { return os.Mkdir(tmp, 0o755) })
-	if err != nil {
+	if err := os.Mkdir(slot, 0o755); err != nil {
 		return fmt.Errorf("sink: index entry: %w", err)
 	}
-	if err := writeSynced(filepath.Join(tmp, "uid"), []byte(uid), !d.opts.SyncPerBatch); err != nil {
-		os.RemoveAll(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, slot); err != nil {
-		os.RemoveAll(tmp)
-		return fmt.Errorf("sink: index entry: %w", err)
-	}
-	d.markDirty(parent, slot)
-	return nil
+	d.markDirty(parent)
+	return d.writeFileNew(slot, "uid", []byte(uid))
 }
 
 // ----------------------------------------------------------------- blobs
@@ -1007,50 +1022,45 @@ func (d *Sink) makeDir(dir string) (created []string, fresh bool, err error) {
 	return nil, false, fmt.Errorf("sink: %w", err)
 }
 
-// writeFileAtomic writes dir/name through a temporary file in dir that is
-// fsynced and renamed into place, so that no reader and no crash ever sees
-// a partial file.
+// writeFileAtomic writes dir/name through a temporary file in the
+// staging directory that is fsynced (unless sync=batch) and renamed into
+// place, so that no reader and no crash ever sees a partial file.
 func (d *Sink) writeFileAtomic(dir, name string, data []byte) error {
-	tmp, err := d.stage(func(tmp string) error { return writeSynced(tmp, data, !d.opts.SyncPerBatch) })
+	tmp, err := d.stage(func(tmp string) error { return createFile(tmp, data, !d.opts.SyncPerBatch) })
 	if err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+	if err := unix.Rename(tmp, filepath.Join(dir, name)); err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("sink: %w", err)
+		return fmt.Errorf("sink: rename to %s: %w", filepath.Join(dir, name), err)
+	}
+	d.markDirty(dir)
+	return nil
+}
+
+// writeFileNew writes dir/name, which does not exist yet, so that it
+// appears complete or not at all without a rename (see linkFile), fsynced
+// unless sync=batch; where that cannot be done, or dir/name turns out to
+// exist, it falls back to writeFileAtomic.
+func (d *Sink) writeFileNew(dir, name string, data []byte) error {
+	err := linkFile(dir, name, data, !d.opts.SyncPerBatch)
+	if errors.Is(err, errNoTmpfile) || errors.Is(err, fs.ErrExist) {
+		return d.writeFileAtomic(dir, name, data)
+	}
+	if err != nil {
+		return err
 	}
 	d.markDirty(dir)
 	return nil
 }
 
 // writeFileInPlace writes dir/name directly, for a file no reader can
-// reach yet (see ApplyRevision); Flush's syncfs makes it durable.
+// reach yet (see ApplyRevision), fsynced unless sync=batch.
 func (d *Sink) writeFileInPlace(dir, name string, data []byte) error {
-	if err := writeSynced(filepath.Join(dir, name), data, false); err != nil {
+	if err := createFile(filepath.Join(dir, name), data, !d.opts.SyncPerBatch); err != nil {
 		return err
 	}
 	d.markDirty(dir)
-	return nil
-}
-
-// writeSynced creates path (which must not exist), writes data and, if
-// sync, fsyncs it.
-func writeSynced(path string, data []byte, sync bool) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return fmt.Errorf("sink: %w", err)
-	}
-	_, err = f.Write(data)
-	if err == nil && sync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(path)
-		return fmt.Errorf("sink: write %s: %w", path, err)
-	}
 	return nil
 }
 

@@ -99,9 +99,12 @@ func TestStagingOfLiveWriterInOtherPIDNamespaceSurvives(t *testing.T) {
 	}
 
 	// A writer of this process keeps its own too, against another Open.
+	// (A new file is linked in whole; replacing one goes through staging.)
 	w := openT(t, root, Options{})
-	if _, err := w.ApplyMeta(context.Background(), "issue", sinktestutil.Meta(t, "issue:1", "2024-05-01T00:00:00Z", 1, "a")); err != nil {
-		t.Fatal(err)
+	for _, at := range []string{"2024-05-01T00:00:00Z", "2024-05-02T00:00:00Z"} {
+		if _, err := w.ApplyMeta(context.Background(), "issue", sinktestutil.Meta(t, "issue:1", at, 1, "a")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	openT(t, root, Options{})
 	if !exists(t, w.tmpDir) {
@@ -151,8 +154,11 @@ func TestWriterRecreatesItsStagingDirectory(t *testing.T) {
 	apply := func(i int) {
 		t.Helper()
 		rid := fmt.Sprintf("issue:%d", i)
-		if _, err := w.ApplyMeta(ctx, "issue", sinktestutil.Meta(t, rid, "2024-05-01T00:00:00Z", 1, "a")); err != nil {
-			t.Fatalf("meta %s: %v", rid, err)
+		// The second, newer meta replaces the first through staging.
+		for _, at := range []string{"2024-05-01T00:00:00Z", "2024-05-02T00:00:00Z"} {
+			if _, err := w.ApplyMeta(ctx, "issue", sinktestutil.Meta(t, rid, at, 1, "a")); err != nil {
+				t.Fatalf("meta %s: %v", rid, err)
+			}
 		}
 		r := sinktestutil.Revision(t, rid, rid+":1", fmt.Sprintf("cccccccc-0000-4000-8000-%012d", i), events.Null[string](), events.Opt[string]{}, "2024-05-01T00:00:00Z", `{}`)
 		if _, err := w.ApplyRevision(ctx, "issue", r); err != nil {
