@@ -212,7 +212,7 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 		if len(msgs) == 0 {
 			continue
 		}
-		if _, err := w.process(ctx, msgs); err != nil {
+		if _, err := w.processInOrder(ctx, cons, msgs); err != nil {
 			return err
 		}
 		w.bytes.Add(batchBytes(msgs))

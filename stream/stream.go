@@ -75,6 +75,9 @@ type Config struct {
 	// it, and settings not given are taken from the stream. Changing a
 	// stream is an explicit act (Apply).
 	Given map[string]bool
+	// Auth are the credentials and TLS files of an external server (URL
+	// set); user/password or a token ride in the URL itself.
+	Auth Auth
 	// ReadOnly opens existing streams only: Open creates nothing, and a
 	// missing event stream is an error that lists the streams there. For
 	// commands that only look (status, dlq list, verify).
@@ -148,7 +151,10 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 	cfg.defaults()
 	b := &Bus{cfg: cfg, log: log, quit: make(chan struct{})}
 	url := cfg.URL
-	var extra []nats.Option
+	extra, err := cfg.authOptions()
+	if err != nil {
+		return nil, err
+	}
 	if url == "" {
 		e, u, token, err := startOrJoinEmbedded(cfg.DataDir, cfg.MaxPayload, cfg.Domain, log)
 		if err != nil {
@@ -180,7 +186,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 	)...)
 	if err != nil {
 		b.emb.stop()
-		return nil, fmt.Errorf("connect to NATS at %s: %w", RedactURL(url), err)
+		return nil, connectError(url, cfg.Auth, err)
 	}
 	b.NC = nc
 	if b.lost != nil {

@@ -44,6 +44,7 @@ func (b *busFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.cfg.MirrorDomain, "mirror-domain", "", "JetStream domain of the --mirror-of stream (leaf-node regions): API prefix $JS.<domain>.API")
 	fs.StringVar(&b.cfg.MirrorAPIPrefix, "mirror-api-prefix", "", "external JetStream API prefix of the --mirror-of stream (instead of --mirror-domain)")
 	fs.StringVar(&b.cfg.Domain, "domain", "", "JetStream domain of the embedded server")
+	b.cfg.Auth.Register(fs)
 }
 
 // open connects to the stream with the settings the command line (or

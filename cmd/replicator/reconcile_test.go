@@ -361,10 +361,22 @@ func TestReconcilePruneDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
 	extras := extraResources(t)
 	plantExtras(t, d, extras)
-	checkPrune(t, testBus(t), dir, func() sink.Reader { return d }, extras)
+	// The tree takes one writer, `replicator run` below: read it back
+	// through read-only opens.
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	reader := func() sink.Reader {
+		r, err := disk.Open(ctx, dir, disk.Options{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	checkPrune(t, testBus(t), dir, reader, extras)
 	// Nothing of the extras is left on disk: no meta file, no index entry.
 	for _, x := range extras {
 		for _, p := range []string{

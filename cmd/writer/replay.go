@@ -54,6 +54,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	fs.StringVar(&cfg.Stream, "stream", "SPECSTAR", "JetStream stream name")
 	fs.StringVar(&cfg.SubjectPrefix, "subject-prefix", "specstar", "subject prefix of events")
 	fs.StringVar(&cfg.DataDir, "data-dir", stream.DefaultDataDir(), "embedded server's data directory")
+	cfg.Auth.Register(fs)
 	fs.IntVar(&cfg.Replicas, "replicas", 1, "stream replicas (clustered servers)")
 	fs.DurationVar(&cfg.DuplicateWindow, "duplicate-window", time.Hour, "how long JetStream drops re-published records by message id")
 	inflight := fs.Int("max-inflight", 512, "published events awaiting their acknowledgement at most")

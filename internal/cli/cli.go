@@ -50,7 +50,8 @@ var groups = map[string]Group{
 	"nats": GroupStream, "stream": GroupStream, "subject-prefix": GroupStream, "data-dir": GroupStream, "replicas": GroupStream,
 	"max-age": GroupStream, "max-bytes": GroupStream, "retention": GroupStream, "duplicate-window": GroupStream,
 	"mirror-of": GroupStream, "mirror-domain": GroupStream, "mirror-api-prefix": GroupStream, "domain": GroupStream,
-	"config": GroupStream, "max-inflight": GroupStream,
+	"config": GroupStream, "max-inflight": GroupStream, "nats-creds": GroupStream, "nats-nkey": GroupStream,
+	"tls-ca": GroupStream, "tls-cert": GroupStream, "tls-key": GroupStream,
 	"json": GroupOutput, "v": GroupOutput, "listen": GroupOutput,
 }
 

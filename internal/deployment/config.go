@@ -17,7 +17,8 @@ import (
 //
 //	nats:                    # url, or any bus flag by name: stream, subject-prefix, data-dir,
 //	  url: nats://a:4222     # replicas, max-age, max-bytes, retention, duplicate-window,
-//	  stream: SPECSTAR       # mirror-of, mirror-domain, mirror-api-prefix, domain, max-inflight
+//	  stream: SPECSTAR       # mirror-of, mirror-domain, mirror-api-prefix, domain, max-inflight,
+//	  nats-creds: /etc/nats/app.creds  # nats-creds, nats-nkey, tls-ca, tls-cert, tls-key
 //	deployments:
 //	  prod:
 //	    meta: postgres://app@db/app?sslmode=disable
@@ -44,7 +45,7 @@ type Config struct {
 var busFlagNames = []string{
 	"url", "nats", "stream", "subject-prefix", "data-dir", "replicas", "max-age", "max-bytes",
 	"retention", "duplicate-window", "mirror-of", "mirror-domain", "mirror-api-prefix", "domain",
-	"max-inflight",
+	"max-inflight", "nats-creds", "nats-nkey", "tls-ca", "tls-cert", "tls-key",
 }
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)

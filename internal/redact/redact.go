@@ -19,8 +19,18 @@ const Mask = "xxxxx"
 // (access keys, session tokens).
 var secretParam = regexp.MustCompile(`(?i)^(.*password.*|.*passwd.*|.*secret.*|.*token.*|.*_key|.*access_?key.*|sig|signature|x-amz-credential|credentials?)$`)
 
+// isNATS reports whether scheme is a NATS URL's, whose userinfo without
+// a password is a token (nats://TOKEN@host), not a user name.
+func isNATS(scheme string) bool {
+	switch strings.ToLower(scheme) {
+	case "nats", "tls", "ws", "wss":
+		return true
+	}
+	return false
+}
+
 // URL hides raw's secrets so it can be shown: the password of its
-// userinfo, the values of secret-bearing query parameters, and the
+// userinfo (the whole userinfo of a NATS URL, which may be a token), the values of secret-bearing query parameters, and the
 // password= of a keyword/value connection string. A string that does not
 // parse as a URL is scrubbed of anything that looks like a credential
 // rather than echoed whole.
@@ -32,6 +42,8 @@ func URL(raw string) string {
 	if u.User != nil {
 		if _, ok := u.User.Password(); ok {
 			u.User = url.UserPassword(u.User.Username(), Mask)
+		} else if isNATS(u.Scheme) {
+			u.User = url.User(Mask) // a NATS URL's lone userinfo is a token
 		}
 	}
 	u.RawQuery = query(u.RawQuery)

@@ -15,6 +15,8 @@ func TestURLHidesEverySecret(t *testing.T) {
 		{"postgres://db/app?sslpassword=S3cret&table_prefix=p_", "postgres://db/app?sslpassword=xxxxx&table_prefix=p_"},
 		{"s3://bucket/p/?endpoint=http%3A%2F%2Fh&aws_secret_access_key=S3cret&region=r", "s3://bucket/p/?endpoint=http%3A%2F%2Fh&aws_secret_access_key=xxxxx&region=r"},
 		{"nats://u:S3cret@h:4222", "nats://u:xxxxx@h:4222"},
+		{"nats://S3cret@h:4222", "nats://xxxxx@h:4222"}, // a token
+		{"tls://S3cret@h:4222", "tls://xxxxx@h:4222"},
 		{"host=db user=app password=S3cret dbname=app", "host=db user=app password=xxxxx dbname=app"},
 		{"host=db password='S3 cret' dbname=app", "host=db password=xxxxx dbname=app"},
 		{"disk:/srv/mirror?sync=batch", "disk:/srv/mirror?sync=batch"},

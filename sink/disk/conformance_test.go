@@ -52,6 +52,7 @@ func diskBackend(opts disk.Options) sinktest.Backend {
 			return open(t, filepath.Join(parent, "root"))
 		},
 		Reopen: func(t *testing.T, s sink.Sink) sink.Sink {
+			disk.Crash(s.(*disk.Sink)) // s is abandoned as by a process that died
 			return open(t, s.(*disk.Sink).Root())
 		},
 		Metas: true, Revisions: true, Blobs: true,

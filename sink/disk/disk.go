@@ -84,11 +84,16 @@ type Sink struct {
 	tmpDir  string                         // this writer's staging directory
 	tmpMade bool
 	tmpLock *os.File // holds the flock on tmpDir's lock file while the staging directory is in use
+	// writerLock holds the flock on the root's WriterLockName while the
+	// sink is open for writing.
+	writerLock *os.File
 }
 
 // Open opens a sink rooted at root (creating the directory if needed),
 // the one way to get a Disk. Nothing below root is created or changed
-// until a record is applied.
+// until a record is applied, except the writer lock in the staging
+// directory (WriterLockName): a root another open writer holds is refused
+// with a *WriterLockedError.
 func Open(ctx context.Context, root string, opts Options) (*Sink, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -131,6 +136,9 @@ func Open(ctx context.Context, root string, opts Options) (*Sink, error) {
 	}
 	if opts.ReadOnly {
 		return d, nil // a reader leaves the staging directories alone
+	}
+	if d.writerLock, err = takeWriterLock(abs); err != nil {
+		return nil, err
 	}
 	d.tmpDir = filepath.Join(abs, store.StagingDir, stagingID())
 	sweepStaging(filepath.Join(abs, store.StagingDir))
@@ -199,6 +207,17 @@ func (d *Sink) stage(create func(tmp string) error) (string, error) {
 // holds the lock file at its path, and creates its staging directory.
 // The lock comes first: a directory without a lock file is an orphan.
 func (d *Sink) ensureStaging() error {
+	if d.writerLock != nil && !stillLinked(d.writerLock, d.writerLock.Name()) {
+		// The staging directory was removed with the tree's writer lock in
+		// it: take the lock again (refused if another writer took it since).
+		d.writerLock.Close()
+		d.writerLock = nil
+		f, err := takeWriterLock(d.root)
+		if err != nil {
+			return err
+		}
+		d.writerLock = f
+	}
 	lockPath := d.tmpDir + lockSuffix
 	if d.tmpLock != nil && !stillLinked(d.tmpLock, lockPath) {
 		d.tmpLock.Close() // its file was removed: the lock no longer protects us
@@ -264,6 +283,9 @@ func sweepStaging(staging string) {
 	}
 	owners := map[string]bool{} // id -> has a lock file
 	for _, e := range entries {
+		if e.Name() == WriterLockName {
+			continue // the tree's writer lock, which the sweeper holds
+		}
 		if id, ok := strings.CutSuffix(e.Name(), lockSuffix); ok {
 			owners[id] = true
 		} else if _, seen := owners[e.Name()]; !seen {
@@ -951,6 +973,10 @@ func (d *Sink) Close() error {
 		}
 		d.tmpLock.Close()
 		d.tmpLock = nil
+	}
+	if d.writerLock != nil {
+		releaseWriterLock(d.writerLock) // after this writer's staging: it guards it too
+		d.writerLock = nil
 		_ = os.Remove(filepath.Dir(d.tmpDir)) // only if no other writer's is there
 	}
 	for _, m := range []map[string]*sql.DB{d.dbs, d.roDBs} {

@@ -601,6 +601,9 @@ func TestApplyTwice(t *testing.T) {
 				t.Errorf("second pass changed the tree: %v", diffs)
 			}
 			// A new Disk on the same root (a restarted replicator) agrees.
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
 			d2 := openDisk(t, root, v.opts)
 			for i, out := range applyAll(t, d2, recs) {
 				if out != store.Unchanged {

@@ -6,6 +6,7 @@ package disk
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -92,21 +93,28 @@ func TestStagingOfLiveWriterInOtherPIDNamespaceSurvives(t *testing.T) {
 	// A pid that runs nowhere here, like a writer's in another namespace.
 	dir, lock := fakeWriterStaging(t, root, "4194000-0a0b0c0d")
 	holdLock(t, lock)
-	openT(t, root, Options{})
+	if err := openT(t, root, Options{}).Close(); err != nil {
+		t.Fatal(err)
+	}
 	openT(t, root, Options{ReadOnly: true})
 	if !exists(t, dir) || !exists(t, lock) || !exists(t, filepath.Join(dir, store.TmpPrefix+"inflight")) {
 		t.Fatalf("a live writer's staging directory %s was swept by an Open", dir)
 	}
 
-	// A writer of this process keeps its own too, against another Open.
-	// (A new file is linked in whole; replacing one goes through staging.)
+	// A writer of this process keeps its own too, against another Open
+	// (which the tree's writer lock refuses now, before it sweeps). The
+	// second meta replaces the first, through staging (a new file is
+	// linked in whole, without it).
 	w := openT(t, root, Options{})
 	for _, at := range []string{"2024-05-01T00:00:00Z", "2024-05-02T00:00:00Z"} {
 		if _, err := w.ApplyMeta(context.Background(), "issue", sinktestutil.Meta(t, "issue:1", at, 1, "a")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	openT(t, root, Options{})
+	var locked *WriterLockedError
+	if _, err := Open(context.Background(), root, Options{}); !errors.As(err, &locked) {
+		t.Fatalf("a second writer's Open: %v, want a WriterLockedError", err)
+	}
 	if !exists(t, w.tmpDir) {
 		t.Fatalf("an open writer's staging directory %s was swept", w.tmpDir)
 	}
@@ -177,8 +185,12 @@ func TestWriterRecreatesItsStagingDirectory(t *testing.T) {
 	if err := w.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Its lock was retaken: another writer's Open leaves its directory alone.
-	openT(t, root, Options{})
+	// Its locks were retaken: another writer's Open is refused and leaves
+	// its directory alone.
+	var locked *WriterLockedError
+	if _, err := Open(ctx, root, Options{}); !errors.As(err, &locked) {
+		t.Fatalf("another writer's Open: %v, want a WriterLockedError", err)
+	}
 	if !exists(t, w.tmpDir) || !exists(t, w.tmpDir+lockSuffix) {
 		t.Fatal("the recreated staging directory is not protected by a lock")
 	}
@@ -216,8 +228,9 @@ func TestReservedModelNames(t *testing.T) {
 				t.Fatal(err)
 			}
 			var written []string
+			lock := filepath.Join(root, store.StagingDir, WriterLockName)
 			_ = filepath.WalkDir(root, func(p string, _ fs.DirEntry, err error) error {
-				if p != root {
+				if p != root && p != lock && p != filepath.Dir(lock) { // the open writer's lock is expected
 					written = append(written, p)
 				}
 				return err

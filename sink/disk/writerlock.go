@@ -1,0 +1,71 @@
+package disk
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/specstar/replicator/sink/internal/store"
+)
+
+// WriterLockName is the file in a disk sink's staging directory
+// ({root}/.specstar-tmp) that the tree's one writer holds an flock on
+// while it is open: a second writer of the same tree (another `replicator
+// run`, a mirror) is refused at once, since two processes on one tree gain
+// nothing and would race on its files. The kernel releases the lock when
+// the holder dies, so a killed writer never blocks the next one. It lives
+// in the staging directory, which SpecStar never opens and listings skip.
+const WriterLockName = "writer.lock"
+
+// WriterLockedError is Open's refusal of a root another writer holds.
+type WriterLockedError struct {
+	Root string // the sink's root
+	Lock string // the lock file held
+}
+
+func (e *WriterLockedError) Error() string {
+	return fmt.Sprintf("sink: disk root %s is being written by another process (it holds the lock %s): one writer per disk tree; stop the other replicator, or give this one another root", e.Root, e.Lock)
+}
+
+// takeWriterLock flocks root's writer lock file, creating it if needed,
+// and makes sure the file locked is still the one at its path (a writer
+// closing removes it).
+func takeWriterLock(root string) (*os.File, error) {
+	path := filepath.Join(root, store.StagingDir, WriterLockName)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("sink: staging directory %s: %w", filepath.Dir(path), err)
+	}
+	for range 10 {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("sink: writer lock %s: %w", path, err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, &WriterLockedError{Root: root, Lock: path}
+			}
+			return nil, fmt.Errorf("sink: writer lock %s: %w", path, err)
+		}
+		if stillLinked(f, path) {
+			return f, nil
+		}
+		f.Close()
+	}
+	return nil, fmt.Errorf("sink: writer lock %s: removed again and again while being taken", path)
+}
+
+// releaseWriterLock removes the lock file while still holding it (so the
+// root is left as it was found), then releases it.
+func releaseWriterLock(f *os.File) {
+	if f == nil {
+		return
+	}
+	if stillLinked(f, f.Name()) {
+		_ = os.Remove(f.Name())
+	}
+	f.Close()
+}

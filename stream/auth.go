@@ -1,0 +1,139 @@
+package stream
+
+// Connecting to a secured external NATS server: credentials files, nkey
+// seeds and TLS, beside the user/password or token a --nats URL may carry
+// (nats.go reads those from the URL itself). Kept apart from Open so that
+// connection setup changes in one place.
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Auth is how the commands authenticate to an external NATS server and
+// secure the connection. Every field is a file name; empty fields are
+// unused. It does not apply to the embedded server, which has its own
+// token.
+type Auth struct {
+	// CredsFile is a NATS credentials file (a user JWT and its nkey seed),
+	// for servers in operator/JWT mode (--nats-creds).
+	CredsFile string
+	// NkeyFile is a file holding a user nkey seed (SU...), for servers
+	// that list nkeys in their authorization (--nats-nkey).
+	NkeyFile string
+	// TLSCA is the PEM file of the CAs that sign the server's certificate
+	// (--tls-ca).
+	TLSCA string
+	// TLSCert and TLSKey are the client certificate and its key, for
+	// servers that verify clients (--tls-cert, --tls-key).
+	TLSCert, TLSKey string
+}
+
+// AuthFlags are the flag names Auth.Register defines, which are also the
+// keys of a configuration file's nats section.
+var AuthFlags = []string{"nats-creds", "nats-nkey", "tls-ca", "tls-cert", "tls-key"}
+
+// Register defines the flags that fill a, for every command that takes
+// --nats.
+func (a *Auth) Register(fs *flag.FlagSet) {
+	fs.StringVar(&a.CredsFile, "nats-creds", "", "NATS credentials file (user JWT and nkey seed) for an external server")
+	fs.StringVar(&a.NkeyFile, "nats-nkey", "", "file holding a NATS user nkey seed (SU...) for an external server")
+	fs.StringVar(&a.TLSCA, "tls-ca", "", "PEM file of the CA(s) that sign the NATS server's certificate")
+	fs.StringVar(&a.TLSCert, "tls-cert", "", "PEM client certificate for a NATS server that verifies clients (with --tls-key)")
+	fs.StringVar(&a.TLSKey, "tls-key", "", "PEM key of --tls-cert")
+}
+
+// IsZero reports whether no setting is given.
+func (a Auth) IsZero() bool { return a == Auth{} }
+
+// options turns a into nats.go options, checking first that each file it
+// names can be read, so a typo is an error naming the flag and the file
+// rather than a handshake failure. Errors never quote a file's content.
+func (a Auth) options() ([]nats.Option, error) {
+	var opts []nats.Option
+	readable := func(flagName, path string) error {
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("--%s: %w", flagName, err)
+		}
+		return f.Close()
+	}
+	if a.CredsFile != "" && a.NkeyFile != "" {
+		return nil, errors.New("--nats-creds and --nats-nkey are exclusive: a credentials file holds its own nkey")
+	}
+	if a.CredsFile != "" {
+		if err := readable("nats-creds", a.CredsFile); err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.UserCredentials(a.CredsFile))
+	}
+	if a.NkeyFile != "" {
+		if err := readable("nats-nkey", a.NkeyFile); err != nil {
+			return nil, err
+		}
+		o, err := nats.NkeyOptionFromSeed(a.NkeyFile)
+		if err != nil {
+			// nats.go's message names the file, not the seed.
+			return nil, fmt.Errorf("--nats-nkey %s: %w", a.NkeyFile, err)
+		}
+		opts = append(opts, o)
+	}
+	if (a.TLSCert == "") != (a.TLSKey == "") {
+		return nil, errors.New("--tls-cert and --tls-key go together: give both or neither")
+	}
+	if a.TLSCA != "" {
+		if err := readable("tls-ca", a.TLSCA); err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.RootCAs(a.TLSCA))
+	}
+	if a.TLSCert != "" {
+		if err := readable("tls-cert", a.TLSCert); err != nil {
+			return nil, err
+		}
+		if err := readable("tls-key", a.TLSKey); err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.ClientCert(a.TLSCert, a.TLSKey))
+	}
+	return opts, nil
+}
+
+// authOptions are the connection options of an external server: a's, and
+// a check that a is not given for the embedded server, which would ignore
+// it silently otherwise.
+func (c *Config) authOptions() ([]nats.Option, error) {
+	if c.URL == "" {
+		if !c.Auth.IsZero() {
+			return nil, errors.New("--nats-creds, --nats-nkey and --tls-* are for an external NATS server (--nats URL); the embedded server uses its own token")
+		}
+		return nil, nil
+	}
+	return c.Auth.options()
+}
+
+// connectError is err from nats.Connect, named with the redacted URL and,
+// for an authentication or TLS failure, a hint at the settings involved.
+// nats.go's errors carry no secrets (it never quotes the URL's userinfo
+// or a file's content), but the URL is redacted here all the same.
+func connectError(url string, a Auth, err error) error {
+	hint := ""
+	msg := strings.ToLower(err.Error())
+	switch {
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
+		strings.Contains(msg, "authorization"), strings.Contains(msg, "authentication"):
+		hint = " (the server refused the credentials: check the user/password or token in --nats, --nats-creds or --nats-nkey)"
+	case strings.Contains(msg, "tls") || strings.Contains(msg, "x509") || strings.Contains(msg, "certificate"):
+		hint = " (TLS failed: check --tls-ca, --tls-cert and --tls-key"
+		if a.TLSCA == "" {
+			hint += "; no --tls-ca given, so the system's CAs were used"
+		}
+		hint += ")"
+	}
+	return fmt.Errorf("connect to NATS at %s: %w%s", RedactURL(url), err, hint)
+}

@@ -1,0 +1,115 @@
+package stream_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/specstar/replicator/internal/natstest"
+	"github.com/specstar/replicator/stream"
+)
+
+// authOf is the Auth a client of srv gives, from files by flag name.
+func authOf(files map[string]string) stream.Auth {
+	return stream.Auth{
+		CredsFile: files["nats-creds"], NkeyFile: files["nats-nkey"],
+		TLSCA: files["tls-ca"], TLSCert: files["tls-cert"], TLSKey: files["tls-key"],
+	}
+}
+
+// TestSecuredServers connects to a server of every secured kind with the
+// right credentials (the stream is created and takes a publish), and is
+// refused with the wrong or missing ones, with a message that names the
+// server but never its secret; the log never holds the secret either.
+func TestSecuredServers(t *testing.T) {
+	for _, kind := range natstest.Kinds {
+		t.Run(string(kind), func(t *testing.T) {
+			srv := natstest.Start(t, kind)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var logs bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+
+			bus, err := stream.Open(ctx, stream.Config{URL: srv.URL, Auth: authOf(srv.Files)}, log)
+			if err != nil {
+				t.Fatalf("right credentials refused: %v", err)
+			}
+			if _, err := bus.JS.Publish(ctx, "specstar.m.meta", []byte("x")); err != nil {
+				t.Fatalf("publish: %v", err)
+			}
+			if info, err := bus.Stream.Info(ctx); err != nil || info.State.Msgs != 1 {
+				t.Fatalf("stream holds %v messages (err %v), want 1", info, err)
+			}
+			bus.Close()
+
+			wrong := map[string]stream.Config{
+				"wrong": {URL: srv.BadURL, Auth: authOf(srv.BadFiles)},
+				"none":  {URL: strings.Replace(srv.URL, srv.Secret+"@", "", 1)},
+			}
+			if kind == natstest.UserPassword {
+				wrong["none"] = stream.Config{URL: "nats://" + srv.URL[strings.LastIndex(srv.URL, "@")+1:]}
+			}
+			for name, cfg := range wrong {
+				short, cancel := context.WithTimeout(ctx, 10*time.Second)
+				_, err := stream.Open(short, cfg, log)
+				cancel()
+				if err == nil {
+					t.Fatalf("%s credentials accepted", name)
+				}
+				msg := err.Error()
+				t.Logf("%s credentials: %s", name, msg)
+				if !strings.Contains(msg, "connect to NATS at") {
+					t.Errorf("%s credentials: error %q does not say what failed", name, msg)
+				}
+				if strings.Contains(msg, srv.Secret) {
+					t.Errorf("%s credentials: error %q shows the secret", name, msg)
+				}
+			}
+			if strings.Contains(logs.String(), srv.Secret) {
+				t.Errorf("the log shows the secret:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+// TestAuthFileErrors: a file that cannot be read, half a client
+// certificate, or settings for the embedded server are refused before
+// connecting, naming the flag.
+func TestAuthFileErrors(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		name string
+		cfg  stream.Config
+		want string
+	}{
+		{"missing creds", stream.Config{URL: "nats://127.0.0.1:1", Auth: stream.Auth{CredsFile: "/nonexistent/x.creds"}}, "--nats-creds"},
+		{"missing nkey", stream.Config{URL: "nats://127.0.0.1:1", Auth: stream.Auth{NkeyFile: "/nonexistent/x.nk"}}, "--nats-nkey"},
+		{"both", stream.Config{URL: "nats://127.0.0.1:1", Auth: stream.Auth{CredsFile: "a", NkeyFile: "b"}}, "exclusive"},
+		{"cert without key", stream.Config{URL: "nats://127.0.0.1:1", Auth: stream.Auth{TLSCert: "a"}}, "--tls-key"},
+		{"embedded", stream.Config{DataDir: t.TempDir(), Auth: stream.Auth{TLSCA: "ca.pem"}}, "external NATS server"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := stream.Open(ctx, tc.cfg, log)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestRedactURL: user:password@ and token@ never survive redaction.
+func TestRedactURL(t *testing.T) {
+	for _, raw := range []string{
+		"nats://user:s3cret@host:4222",
+		"nats://s3cret@host:4222",
+		"tls://user:s3cret@a:4222,nats://s3cret@b:4222",
+	} {
+		if got := stream.RedactURL(raw); strings.Contains(got, "s3cret") {
+			t.Errorf("RedactURL(%q) = %q", raw, got)
+		}
+	}
+}
