@@ -110,7 +110,8 @@ func kustomizer(t *testing.T) func(dir string) ([]byte, error) {
 			Kustomize string `json:"kustomizeVersion"`
 		}
 		json.Unmarshal(out, &v)
-		if major, _, _ := strings.Cut(strings.TrimPrefix(v.Kustomize, "v"), "."); major >= "4" && len(major) == 1 {
+		major, _, _ := strings.Cut(strings.TrimPrefix(v.Kustomize, "v"), ".")
+		if n, err := strconv.Atoi(major); err == nil && n >= 4 {
 			return func(dir string) ([]byte, error) { return run(kubectl, "kustomize", dir) }
 		}
 		tried = append(tried, fmt.Sprintf("%s embeds kustomize %q (want v4 or later)", kubectl, v.Kustomize))
