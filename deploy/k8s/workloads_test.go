@@ -368,12 +368,30 @@ func checkSecrets(t *testing.T, r rendered) {
 	for _, s := range objectsOf[corev1.Secret](r) {
 		t.Errorf("Secret %s is written in the manifests; create it apart and reference it", s.Name)
 	}
+	// The Secrets a pod cannot start without are those the README tells
+	// the operator to create, with the same keys.
+	created := map[string]bool{}
+	for _, m := range regexp.MustCompile(`create secret generic (\S+) --from-literal=([^=\s]+)=`).FindAllStringSubmatch(mustRead(t, filepath.Join(repoRoot, "README.md")), -1) {
+		created[m[1]+"/"+m[2]], created[m[1]] = true, true
+	}
 	for _, w := range workloads(r) {
 		for _, c := range w.template.Spec.Containers {
 			for _, e := range c.Env {
 				if credentialName.MatchString(e.Name) && (e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil) {
 					t.Errorf("%s container %s: %s is not from a secretKeyRef", w, c.Name, e.Name)
 				}
+				if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
+					continue
+				}
+				ref := e.ValueFrom.SecretKeyRef
+				if (ref.Optional == nil || !*ref.Optional) && !created[ref.Name+"/"+ref.Key] {
+					t.Errorf("%s container %s: %s needs Secret %s key %s, which the README's deploy section does not create", w, c.Name, e.Name, ref.Name, ref.Key)
+				}
+			}
+		}
+		for _, v := range w.template.Spec.Volumes {
+			if v.Secret != nil && (v.Secret.Optional == nil || !*v.Secret.Optional) && !created[v.Secret.SecretName] {
+				t.Errorf("%s: volume %s needs Secret %s, which the README's deploy section does not create", w, v.Name, v.Secret.SecretName)
 			}
 		}
 	}
