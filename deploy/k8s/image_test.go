@@ -236,12 +236,22 @@ func mustRead(t *testing.T, path string) string {
 }
 
 // buildImageBinaries runs the Dockerfile's go build line, with its ENV,
-// from the repository's root into a temporary directory, and returns
-// that directory (holding replicator and writer).
+// from the repository's root into a directory of this test run (TestMain
+// gives each run its own $TMPDIR, removed at the end), and returns that
+// directory, holding replicator and writer. The tests that need the
+// binaries share one build.
 func buildImageBinaries(t *testing.T) string {
 	t.Helper()
 	b := readImageBuild(t)
-	out := t.TempDir()
+	out := filepath.Join(os.TempDir(), "image-binaries")
+	_, errR := os.Stat(filepath.Join(out, "replicator"))
+	_, errW := os.Stat(filepath.Join(out, "writer"))
+	if errR == nil && errW == nil {
+		return out
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	args := slices.Clone(b.goBuild)
 	args[slices.Index(args, "-o")+1] = out + "/"
 	cmd := exec.Command(args[0], args[1:]...)
