@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 )
@@ -90,10 +91,19 @@ func (c *Command) FlagSet(verbose *bool) *flag.FlagSet {
 // before it parses; tests use it to collect each command's flags.
 var ParseHook func(c *Command, fs *flag.FlagSet)
 
+// ParseOnlyEnv names the environment variable that, set to 1, makes every
+// command stop once its command line is parsed: it prints
+// "<command>: command line accepted" and exits 0, or prints the usage
+// error and exits 2, and opens nothing. It exists so that the
+// Kubernetes manifests' tests (deploy/k8s) check each container's command
+// line with the parser that will read it.
+const ParseOnlyEnv = "SPECSTAR_PARSE_ONLY"
+
 // Parse parses args (flags may follow positionals) and returns the
 // positionals. On --help it prints the help on stdout and returns ExitOK
 // with ok false; on a usage error it prints the error and a hint on
-// stderr and returns ExitError with ok false.
+// stderr and returns ExitError with ok false. With ParseOnlyEnv set to 1,
+// a command line that parses returns ExitOK with ok false.
 func (c *Command) Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (pos []string, code int, ok bool) {
 	if ParseHook != nil {
 		ParseHook(c, fs)
@@ -111,6 +121,14 @@ func (c *Command) Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Write
 			return nil, ExitError, false
 		}
 		if fs.NArg() == 0 {
+			if os.Getenv(ParseOnlyEnv) == "1" {
+				if len(pos) > 0 {
+					fmt.Fprintf(stdout, "%s: command line accepted, with positional arguments %q\n", c.Name, pos)
+				} else {
+					fmt.Fprintf(stdout, "%s: command line accepted\n", c.Name)
+				}
+				return pos, ExitOK, false
+			}
 			return pos, ExitOK, true
 		}
 		pos = append(pos, fs.Arg(0))

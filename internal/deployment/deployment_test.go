@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"sigs.k8s.io/yaml"
 )
 
 func TestResolved(t *testing.T) {
@@ -167,20 +165,15 @@ func TestResolveNameOrURL(t *testing.T) {
 	}
 }
 
-// The Kubernetes example's configuration is a valid file: its prod
+// The Kubernetes origin region's configuration is a valid file: its prod
 // deployment is SpecStar's Postgres+S3 factory and its mirror a disk tree.
 func TestKubernetesExampleConfig(t *testing.T) {
-	raw, err := os.ReadFile("../../deploy/k8s/config.yaml")
+	const path = "../../deploy/k8s/overlays/region-a/specstar.yaml"
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cm struct {
-		Data map[string]string `json:"data"`
-	}
-	if err := yaml.Unmarshal(raw, &cm); err != nil {
-		t.Fatal(err)
-	}
-	c, err := Parse("deploy/k8s/config.yaml", []byte(cm.Data["specstar.yaml"]))
+	c, err := Parse(path, raw)
 	if err != nil {
 		t.Fatal(err)
 	}

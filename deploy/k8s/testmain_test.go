@@ -1,0 +1,11 @@
+package k8s_test
+
+import (
+	"testing"
+
+	"github.com/specstar/replicator/internal/testtmp"
+)
+
+// TestMain keeps every temporary file of this package's tests in one run
+// directory that is removed at the end.
+func TestMain(m *testing.M) { testtmp.Main(m) }

@@ -1,0 +1,45 @@
+package cli
+
+import (
+	"bytes"
+	"testing"
+)
+
+// TestParseOnly: with SPECSTAR_PARSE_ONLY=1 a command line that parses is
+// reported as accepted and the command is told to stop (ok false, exit
+// 0); one that does not is the usual usage error (exit 2); without the
+// variable the command goes on.
+func TestParseOnly(t *testing.T) {
+	c := &Command{Name: "replicator run", Usage: "replicator run --to URL"}
+	for _, tc := range []struct {
+		name, env  string
+		args       []string
+		wantCode   int
+		wantOK     bool
+		wantStdout string
+	}{
+		{"accepted", "1", []string{"--to=disk:/data", "-v"}, ExitOK, false, "replicator run: command line accepted\n"},
+		{"positional", "1", []string{"extra", "--to=x"}, ExitOK, false, "replicator run: command line accepted, with positional arguments [\"extra\"]\n"},
+		{"unknown flag", "1", []string{"--sinks=x"}, ExitError, false, ""},
+		{"bad value", "1", []string{"--batch=many"}, ExitError, false, ""},
+		{"not set", "", []string{"--to=x"}, ExitOK, true, ""},
+		{"set to 0", "0", []string{"--to=x"}, ExitOK, true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(ParseOnlyEnv, tc.env)
+			var verbose bool
+			fs := c.FlagSet(&verbose)
+			fs.String("to", "", "what is written")
+			fs.Int("batch", 1, "events per batch")
+			var stdout, stderr bytes.Buffer
+			_, code, ok := c.Parse(fs, tc.args, &stdout, &stderr)
+			if code != tc.wantCode || ok != tc.wantOK || stdout.String() != tc.wantStdout {
+				t.Fatalf("Parse(%q) = code %d ok %v stdout %q (stderr %q); want code %d ok %v stdout %q",
+					tc.args, code, ok, stdout.String(), stderr.String(), tc.wantCode, tc.wantOK, tc.wantStdout)
+			}
+			if tc.wantCode == ExitError && stderr.Len() == 0 {
+				t.Fatalf("Parse(%q): a usage error printed nothing on stderr", tc.args)
+			}
+		})
+	}
+}
