@@ -2,7 +2,6 @@ package s3
 
 import (
 	"context"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/config"
 
@@ -39,9 +38,6 @@ func OpenFactoryMode(ctx context.Context, srv *s3test.Server, bucket, prefix, ca
 		Factory: true, CacheDir: cacheDir, Conditional: conditional, maxBackoff: 20e6,
 	}, config.WithCredentialsProvider(srv.Credentials()))
 }
-
-// SetRefresh sets how long a clean local copy is trusted by reads.
-func (f *Factory) SetRefresh(d time.Duration) { f.refresh = d }
 
 // SetBeforePut sets a function run between an upload's HEAD and its PUT,
 // so a test can upload as another writer exactly there.

@@ -130,6 +130,32 @@ func (f *Factory) base() string {
 	return strings.TrimSuffix(f.opts.Prefix, modelPlaceholder+"/")
 }
 
+// SetRefresh sets how long reads trust a local copy holding nothing
+// pending before they compare the object's ETag again (1 s by default); 0
+// checks on every read, and a source reading one snapshot sets it longer
+// than its reading takes.
+func (f *Factory) SetRefresh(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refresh = d
+}
+
+func (f *Factory) refreshAfter() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.refresh
+}
+
+// MetaETag is the ETag of the model's meta.db object ("" when there is
+// none), read now, so a follower can tell whether it changed.
+func (f *Factory) MetaETag(ctx context.Context, model string) (string, error) {
+	if err := store.CheckModel(model); err != nil {
+		return "", err
+	}
+	h, err := f.head(ctx, f.opts.Bucket, f.metaKey(model))
+	return headETag(h), err
+}
+
 func (f *Factory) metaKey(model string) string { return f.modelPrefix(model) + metaDBName }
 
 // Conflicts counts the uploads another writer's change refused (each
@@ -479,7 +505,7 @@ func (f *Factory) fresh(ctx context.Context, model string) (*metaFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(mf.pending) > 0 || time.Since(mf.checked) < f.refresh {
+	if len(mf.pending) > 0 || time.Since(mf.checked) < f.refreshAfter() {
 		return mf, nil
 	}
 	h, err := f.head(ctx, f.opts.Bucket, f.metaKey(model))
