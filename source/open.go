@@ -100,6 +100,11 @@ func openDisk(spec Spec) (Source, error) {
 	return &disk.Source{URL: strings.TrimPrefix(spec.From, "file://")}, nil
 }
 
+// S3Factory reports whether an s3:// URL names SpecStar's all-S3 factory
+// (factory=s3), a source with metas and no live tail, read like a disk
+// tree.
+func S3Factory(raw string) bool { return Scheme(raw) == "s3" && s3.IsFactoryURL(raw) }
+
 // PostgresRevisions reports whether a postgres:// URL's own tables hold
 // revisions (its revisions= option, true by default).
 func PostgresRevisions(raw string) bool {
