@@ -278,3 +278,43 @@ func TestFactoryOpensSpecStarFile(t *testing.T) {
 		t.Error("meta.db was uploaded again though nothing changed")
 	}
 }
+
+// TestFactoryOddModelNames: model names full of URL and path syntax, or
+// not ASCII, get their own meta.db (and local copy) and read back after a
+// restart; the cache directory is gone after Close.
+func TestFactoryOddModelNames(t *testing.T) {
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	srv.CreateBucket(t, "odd")
+	cache := t.TempDir()
+	f, err := s3.OpenFactoryOn(ctx, srv, "odd", factoryPrefix, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	models := []string{"we?ird#mo%del", "日本", "a b", ".hidden", "..x", "blobs-not"}
+	for _, m := range models {
+		if _, err := f.ApplyMeta(ctx, m, sinktestutil.Meta(t, "r:1", "2024-05-01T00:00:00Z", 1, m)); err != nil {
+			t.Fatalf("%q: %v", m, err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(cache); len(left) != 0 {
+		t.Errorf("the cache directory holds %d entries after Close", len(left))
+	}
+	g := openFactory(t, srv, "odd")
+	for _, m := range models {
+		got, err := g.Meta(ctx, m, "r:1")
+		if err != nil || got.UpdatedBy != m {
+			t.Errorf("%q: %v %v", m, got, err)
+		}
+	}
+	listed, err := g.Models(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(listed) != fmt.Sprint([]string{"..x", ".hidden", "a b", "blobs-not", "we?ird#mo%del", "日本"}) {
+		t.Errorf("models listed: %q", listed)
+	}
+}
