@@ -146,14 +146,33 @@ func (f *Factory) refreshAfter() time.Duration {
 	return f.refresh
 }
 
-// MetaETag is the ETag of the model's meta.db object ("" when there is
-// none), read now, so a follower can tell whether it changed.
-func (f *Factory) MetaETag(ctx context.Context, model string) (string, error) {
+// Refresh compares the model's local copy with its meta.db object now,
+// downloading it again if another writer changed it (unless this process
+// has metas pending there), and returns the object's ETag ("" when there
+// is none), so a follower can tell whether the model changed.
+func (f *Factory) Refresh(ctx context.Context, model string) (string, error) {
 	if err := store.CheckModel(model); err != nil {
 		return "", err
 	}
+	mf, err := f.file(ctx, model)
+	if err != nil {
+		return "", err
+	}
+	defer mf.mu.Unlock()
+	if len(mf.pending) > 0 {
+		return mf.etag, nil
+	}
 	h, err := f.head(ctx, f.opts.Bucket, f.metaKey(model))
-	return headETag(h), err
+	if err != nil {
+		return "", err
+	}
+	if h != nil != mf.exists || headETag(h) != mf.etag {
+		if err := f.download(ctx, mf); err != nil {
+			return "", err
+		}
+	}
+	mf.checked = time.Now()
+	return mf.etag, nil
 }
 
 func (f *Factory) metaKey(model string) string { return f.modelPrefix(model) + metaDBName }
