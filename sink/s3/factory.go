@@ -540,30 +540,40 @@ func (f *Factory) fresh(ctx context.Context, model string) (*metaFile, error) {
 }
 
 // evict unloads the least recently used clean copies beyond CacheModels
-// (keep is the one just loaded), so that local disk and open handles stay
-// bounded; they are downloaded again when needed.
+// (keep is the one just loaded, and locked), so that local disk and open
+// handles stay bounded; they are downloaded again when needed. Copies in
+// use by another call are neither counted nor unloaded.
 func (f *Factory) evict(keep *metaFile) {
 	f.mu.Lock()
-	var loaded []*metaFile
+	type entry struct {
+		mf   *metaFile
+		used uint64
+	}
+	all := make([]entry, 0, len(f.metas))
 	for _, mf := range f.metas {
-		if mf != keep && mf.db != nil {
-			loaded = append(loaded, mf)
+		if mf != keep {
+			all = append(all, entry{mf, mf.used})
 		}
 	}
 	f.mu.Unlock()
-	excess := len(loaded) + 1 - f.opts.CacheModels
-	if excess <= 0 {
+	if len(all)+1 <= f.opts.CacheModels {
 		return
 	}
-	slices.SortFunc(loaded, func(a, b *metaFile) int { return cmp.Compare(a.used, b.used) })
+	slices.SortFunc(all, func(a, b entry) int { return cmp.Compare(a.used, b.used) })
+	var loaded []*metaFile // locked
+	for _, e := range all {
+		if !e.mf.mu.TryLock() {
+			continue
+		}
+		if e.mf.db == nil {
+			e.mf.mu.Unlock()
+			continue
+		}
+		loaded = append(loaded, e.mf)
+	}
+	excess := len(loaded) + 1 - f.opts.CacheModels
 	for _, mf := range loaded {
-		if excess == 0 {
-			return
-		}
-		if !mf.mu.TryLock() {
-			continue // in use
-		}
-		if mf.db != nil && len(mf.pending) == 0 {
+		if excess > 0 && len(mf.pending) == 0 {
 			mf.db.Close()
 			mf.db = nil
 			removeCopy(mf.path)

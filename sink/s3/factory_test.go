@@ -318,3 +318,49 @@ func TestFactoryOddModelNames(t *testing.T) {
 		t.Errorf("models listed: %q", listed)
 	}
 }
+
+// TestFactoryCacheIsBounded: with cache_models=2, applying metas to five
+// models leaves at most two local copies loaded (the others were
+// uploaded first), and every meta still reads back.
+func TestFactoryCacheIsBounded(t *testing.T) {
+	ctx := context.Background()
+	srv := s3test.Start(t)
+	srv.CreateBucket(t, "bounded")
+	for _, kv := range srv.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	cache := t.TempDir()
+	spec, err := s3.ParseSpec("s3://bounded/app/?factory=s3&cache_models=2&path_style=true&cache_dir=" + cache + "&endpoint=" + srv.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := spec.OpenFactory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i := range 5 {
+		model := fmt.Sprintf("m%d", i)
+		if _, err := f.ApplyMeta(ctx, model, sinktestutil.Meta(t, "r:1", "2024-05-01T00:00:00Z", 1, model)); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dirs, _ := os.ReadDir(cache)
+	if len(dirs) != 1 {
+		t.Fatalf("%d cache directories, want 1", len(dirs))
+	}
+	files, _ := filepath.Glob(filepath.Join(cache, dirs[0].Name(), "*.db"))
+	if len(files) > 2 {
+		t.Errorf("%d local copies with cache_models=2", len(files))
+	}
+	for i := range 5 {
+		model := fmt.Sprintf("m%d", i)
+		if got, err := f.Meta(ctx, model, "r:1"); err != nil || got.UpdatedBy != model {
+			t.Errorf("%s: %v %v", model, got, err)
+		}
+	}
+}
