@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -72,5 +74,51 @@ func TestArchiveS3FactoryRoundTrip(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTailS3Factory: `writer tail --from s3://...?factory=s3` publishes
+// the whole factory, then, when another process writes into it, what
+// that added (metas, revisions, blobs), and nothing the factory does not
+// hold.
+func TestTailS3Factory(t *testing.T) {
+	repl := buildBinary(t, "../replicator")
+	srv := s3test.Start(t)
+	for _, kv := range srv.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	srv.CreateBucket(t, "tailed")
+	factory := e2eS3URL("tailed", "app/", srv.Endpoint, srv.Region) + "&factory=s3"
+	mirror := func(name string) {
+		t.Helper()
+		if out, err := exec.Command(repl, "mirror", "--from", testfixtures.Path(t, name), "--to", factory).CombinedOutput(); err != nil {
+			t.Fatalf("replicator mirror %s: %v\n%s", name, err, out)
+		}
+	}
+	mirror("small.acbak")
+	bus := testStream(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan string, 1)
+	go func() {
+		var out, errb bytes.Buffer
+		run(ctx, []string{"tail", "--from", factory, "--nats", bus.URL(), "--interval", "100ms", "--listen", ""}, &out, &errb)
+		done <- out.String() + errb.String()
+	}()
+	first := recordSet(t, testfixtures.Path(t, "small.acbak"))
+	all := map[string]bool{}
+	for k := range first {
+		all[k] = true
+	}
+	for k := range recordSet(t, testfixtures.Path(t, "blobs.acbak")) {
+		all[k] = true
+	}
+	waitStream(t, bus, "the factory", first, all)
+	mirror("blobs.acbak")
+	waitStream(t, bus, "the writes after it", all, all)
+	cancel()
+	if out := <-done; !strings.Contains(out, "(poll) stopped") {
+		t.Fatalf("tail:\n%s", out)
 	}
 }
