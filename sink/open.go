@@ -36,12 +36,30 @@ type backend struct {
 func backends() []backend {
 	return []backend{
 		{"postgres", []string{"postgres://", "postgresql://"}, redact.URL, parseWith(postgres.ParseSpec), openWith((*postgres.Spec).Open), nil},
-		{"s3", []string{"s3://"}, redact.URL, parseWith(s3.ParseSpec), openWith((*s3.Spec).Open), nil},
+		{"s3", []string{"s3://"}, redact.URL, parseWith(s3.ParseSpec), openS3, nil},
 		{"disk", []string{"disk:"}, same, parseWith(disk.ParseSpec), openWith((*disk.Spec).Open), openWith((*disk.Spec).OpenReadOnly)},
 	}
 }
 
 func same(raw string) string { return raw }
+
+// openS3 opens an s3:// sink: SpecStar's all-S3 factory (metas included)
+// when the URL says factory=s3, else a resource and blob store.
+func openS3(ctx context.Context, bs backendSpec) (Sink, error) {
+	s := bs.(*s3.Spec)
+	if s.IsFactory() {
+		f, err := s.OpenFactory(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return f, nil
+	}
+	snk, err := s.Open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return snk, nil
+}
 
 // parseWith adapts a backend's ParseSpec to the table.
 func parseWith[T backendSpec](parse func(string) (T, error)) func(string) (backendSpec, error) {

@@ -19,8 +19,8 @@ import (
 type Spec struct {
 	// From is the source: an .acbak archive (a path, or a file:// URL),
 	// a SpecStar disk tree (a directory, or disk:/path), a deployment's
-	// Postgres meta store (postgres://...) or an S3 resource store
-	// (s3://...).
+	// Postgres meta store (postgres://...), an S3 resource store
+	// (s3://...) or SpecStar's all-S3 factory (s3://...?factory=s3).
 	From string
 	// Name names the source in errors ("" = From, password hidden).
 	Name string
@@ -100,6 +100,11 @@ func openDisk(spec Spec) (Source, error) {
 	return &disk.Source{URL: strings.TrimPrefix(spec.From, "file://")}, nil
 }
 
+// S3Factory reports whether an s3:// URL names SpecStar's all-S3 factory
+// (factory=s3), a source with metas and no live tail, read like a disk
+// tree.
+func S3Factory(raw string) bool { return Scheme(raw) == "s3" && s3.IsFactoryURL(raw) }
+
 // PostgresRevisions reports whether a postgres:// URL's own tables hold
 // revisions (its revisions= option, true by default).
 func PostgresRevisions(raw string) bool {
@@ -132,6 +137,12 @@ func openPostgres(spec Spec) (Source, error) {
 func openS3(spec Spec) (Source, error) {
 	if spec.Resources != "" && spec.Resources != spec.From {
 		return nil, fmt.Errorf("source %s: an S3 resource store is the source itself; resources %s is not read", spec.Name, Redact(spec.Resources))
+	}
+	if s3.IsFactoryURL(spec.From) {
+		if spec.Blobs != "" && spec.Blobs != spec.From {
+			return nil, fmt.Errorf("source %s: an all-S3 factory holds its own blobs; blobs %s is not read", spec.Name, Redact(spec.Blobs))
+		}
+		return &s3.Factory{URL: spec.From}, nil
 	}
 	return &s3.Source{Resources: spec.From, Blobs: spec.Blobs}, nil
 }

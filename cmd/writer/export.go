@@ -120,6 +120,9 @@ func lookedFor(from string) string {
 	case "postgres", "postgresql":
 		return "meta tables named by meta_table= (default {model}_meta, after table_prefix=) in " + source.Redact(from)
 	case "s3":
+		if source.S3Factory(from) {
+			return "{model}/meta.db below the factory's prefix " + source.Redact(from)
+		}
 		return "revisions under the resource store's prefix " + source.Redact(from)
 	case "file":
 		return "ModelStart frames in the archive, or {model}/meta and {model}/meta.db in the directory " + from

@@ -17,7 +17,8 @@ import (
 )
 
 // snapshotAny is `writer snapshot --from` a source that has no live tail
-// (an archive, a disk deployment): every record it holds, published once.
+// (an archive, a disk deployment, an all-S3 factory): every record it
+// holds, published once.
 // done is false for Postgres and S3 sources, which cmdSnapshot handles
 // with their stored positions.
 func snapshotAny(ctx context.Context, f *pgFlags, fs *flag.FlagSet, asJSON bool, stdout, stderr io.Writer, log *slog.Logger) (code int, done bool) {
@@ -30,8 +31,12 @@ func snapshotAny(ctx context.Context, f *pgFlags, fs *flag.FlagSet, asJSON bool,
 		return 0, false // let the Postgres path say what is wrong
 	}
 	switch source.Scheme(spec.From) {
-	case "postgres", "postgresql", "s3":
+	case "postgres", "postgresql":
 		return 0, false
+	case "s3":
+		if !source.S3Factory(spec.From) {
+			return 0, false
+		}
 	}
 	src, err := source.Open(spec)
 	if err != nil {

@@ -20,16 +20,22 @@ import (
 
 var tailCmd = &cli.Command{
 	Name:  "writer tail",
-	Usage: "writer tail --from postgres://...|NAME [--from-resources ...] [--from-blobs ...] [--mode auto|logical|poll] [--nats URL]",
+	Usage: "writer tail --from postgres://...|s3://...?factory=s3|NAME [--from-resources ...] [--from-blobs ...] [--mode auto|logical|poll] [--nats URL]",
 	Summary: `Publish a snapshot if none was completed, then every change as it
 happens until interrupted: by logical replication (a slot and a
 publication, created if missing) where wal_level=logical and the user may
 replicate, else by keyset polling. Positions are stored in the stream's
-positions bucket. --drop-slot removes the slot and the publication.`,
+positions bucket. --drop-slot removes the slot and the publication.
+An all-S3 factory is published whole, then its meta.db files are polled
+every --interval: a changed file publishes its new or newer metas with
+their new revisions and blobs, and a purge for each meta gone (no stored
+position: a restart publishes everything again, which the stream
+de-duplicates).`,
 	Examples: []string{
 		"writer tail --from postgres://specstar@db/app --nats nats://nats:4222",
 		"writer tail --from postgres://db/app --mode poll --listen 127.0.0.1:9470",
 		"writer tail --from postgres://db/app --drop-slot",
+		"writer tail --from 's3://specstar/app/?factory=s3&region=eu-west-1' --interval 5s",
 	},
 }
 
@@ -55,6 +61,9 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	}
 	if len(pos) != 0 {
 		return tailCmd.Usagef(stderr, "unexpected arguments %q", pos)
+	}
+	if code, done := tailFactory(ctx, &f, fs, o.Interval, stdout, stderr, log); done {
+		return code
 	}
 	if err := f.src.postgres(fs); err != nil {
 		return tailCmd.Usagef(stderr, "%v", err)

@@ -28,20 +28,24 @@ type Deployment struct {
 	// Name is the deployment's name in a configuration file; "" for one
 	// given by flags.
 	Name string `json:"-"`
-	// URL serves every layer from one store (disk:/path, or a postgres://
-	// URL for metas and revisions); Meta, Resources and Blobs override it
-	// layer by layer.
+	// URL serves every layer from one store (disk:/path, an all-S3
+	// factory s3://bucket/prefix?factory=s3, or a postgres:// URL for
+	// metas and revisions); Meta, Resources and Blobs override it layer by
+	// layer.
 	URL       string `json:"url,omitempty"`
 	Meta      string `json:"meta,omitempty"`
 	Resources string `json:"resources,omitempty"`
 	Blobs     string `json:"blobs,omitempty"`
 }
 
-// Scheme is the kind of store a URL names: "disk", "postgres" or "s3".
+// Scheme is the kind of store a URL names: "disk", "postgres", "s3", or
+// "s3 factory" for SpecStar's all-S3 factory (s3://...?factory=s3).
 func Scheme(raw string) string {
 	switch {
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
 		return "postgres"
+	case source.S3Factory(raw):
+		return S3Factory
 	case strings.HasPrefix(raw, "s3://"):
 		return "s3"
 	case strings.HasPrefix(raw, "disk:"), !strings.Contains(raw, "://"):
@@ -51,12 +55,18 @@ func Scheme(raw string) string {
 	return scheme
 }
 
+// S3Factory is the Scheme of SpecStar's all-S3 factory, whose one URL
+// holds every layer (a meta.db per model beside the S3 stores).
+const S3Factory = "s3 factory"
+
 // layersOf says which layers each kind of store can hold, as SpecStar's
-// factories use them: there is no Postgres blob store and no S3 meta store.
+// factories use them: there is no Postgres blob store, and S3 holds metas
+// only as the all-S3 factory's meta.db files.
 var layersOf = map[string][]Layer{
 	"disk":     {MetaLayer, ResourcesLayer, BlobsLayer},
 	"postgres": {MetaLayer, ResourcesLayer},
 	"s3":       {ResourcesLayer, BlobsLayer},
+	S3Factory:  {MetaLayer, ResourcesLayer, BlobsLayer},
 }
 
 // Resolved returns the deployment with URL spread over the layers it can
@@ -151,7 +161,7 @@ func (d Deployment) label() string {
 
 func kindsFor(l Layer) string {
 	var out []string
-	for _, k := range []string{"disk", "postgres", "s3"} {
+	for _, k := range []string{"disk", "postgres", "s3", S3Factory} {
 		if contains(layersOf[k], l) {
 			out = append(out, k)
 		}

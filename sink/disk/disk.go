@@ -437,26 +437,10 @@ func (d *Sink) decideMeta(model string, meta *events.ResourceMeta, encoded, exis
 		// reader could use it, e.g. cut short by a power loss): replace it.
 		return store.Written, nil
 	}
-	if compareMeta(meta, encoded, old, existing) > 0 {
+	if store.CompareMeta(meta, encoded, old, existing) > 0 {
 		return store.Written, nil
 	}
 	return store.Stale, nil
-}
-
-// compareMeta orders two metas of one resource: by updated time (naive read
-// as UTC), then total revision count, then encoded bytes (a deterministic
-// tie-break between different metas that tie on both).
-func compareMeta(a *events.ResourceMeta, ab []byte, b *events.ResourceMeta, bb []byte) int {
-	if c := a.UpdatedTime.Instant().Compare(b.UpdatedTime.Instant()); c != 0 {
-		return c
-	}
-	if a.TotalRevisionCount != b.TotalRevisionCount {
-		if a.TotalRevisionCount > b.TotalRevisionCount {
-			return 1
-		}
-		return -1
-	}
-	return bytes.Compare(ab, bb)
 }
 
 // markSkipped remembers, for the lifetime of this Disk (one restore run),

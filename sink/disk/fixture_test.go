@@ -21,6 +21,7 @@ import (
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/testfixtures"
 	"github.com/specstar/replicator/sink/internal/sinktestutil"
+	"github.com/specstar/replicator/sink/internal/sqlitemeta"
 	"github.com/specstar/replicator/sink/internal/store"
 )
 
@@ -414,7 +415,7 @@ type sqliteRow struct {
 
 func openRO(t *testing.T, path string) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("sqlite", sqliteURI(path, url.Values{"mode": {"ro"}}))
+	db, err := sql.Open("sqlite", sqlitemeta.URI(path, url.Values{"mode": {"ro"}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -539,12 +540,12 @@ func compareSQLite(t *testing.T, root string, exp expectTree, recs []record) {
 			}
 			// The formatter reproduces the reference text from the same
 			// dict in the same order...
-			again, err := appendPyJSON(nil, ref, 0)
+			again, err := sqlitemeta.AppendPyJSON(nil, ref, 0)
 			if err != nil || string(again) != *w.IndexedData {
 				t.Errorf("row %s: re-dumping the reference indexed_data gives %q, %v", rid, again, err)
 			}
 			// ...and ours is the same dict, dumped in sorted key order.
-			sorted, _ := appendPyJSON(nil, sortMaps(ref), 0)
+			sorted, _ := sqlitemeta.AppendPyJSON(nil, sortMaps(ref), 0)
 			check("indexed_data", indexed.String, string(sorted))
 		}
 		m := metas[rid]

@@ -2,7 +2,6 @@ package disk
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/specstar/replicator/sink/internal/sqlitemeta"
 	"github.com/specstar/replicator/sink/internal/store"
 )
 
@@ -135,7 +135,7 @@ func (d *Sink) sqliteResourceIDs(ctx context.Context, model string, yield func(s
 	}
 	after := ""
 	for {
-		page, err := sqlitePage(ctx, db, after)
+		page, err := sqlitemeta.Page(ctx, db, after)
 		if err != nil {
 			yield("", fmt.Errorf("sink: list metas in %s after %q: %w", path, after, err))
 			return
@@ -150,24 +150,4 @@ func (d *Sink) sqliteResourceIDs(ctx context.Context, model string, yield func(s
 		}
 		after = page[len(page)-1]
 	}
-}
-
-// sqlitePage reads the next listPage ids after the given one (ids are
-// never empty, so "" starts at the first); the rows are closed before the
-// ids are yielded, so the one connection of the meta store stays free.
-func sqlitePage(ctx context.Context, db *sql.DB, after string) ([]string, error) {
-	rows, err := db.QueryContext(ctx, `SELECT resource_id FROM resource_meta WHERE resource_id > ? ORDER BY resource_id LIMIT ?`, after, store.ListPage)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	page := make([]string, 0, store.ListPage)
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		page = append(page, id)
-	}
-	return page, rows.Err()
 }

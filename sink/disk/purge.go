@@ -2,7 +2,6 @@ package disk
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,6 +11,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/sink/internal/sqlitemeta"
 	"github.com/specstar/replicator/sink/internal/store"
 )
 
@@ -140,35 +140,9 @@ func (d *Sink) purgeMetaSQLite(ctx context.Context, model, resourceID string, pu
 	if err != nil {
 		return 0, err
 	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, fmt.Errorf("sink: %s: begin: %w", path, err)
-	}
-	defer tx.Rollback()
-	var existing []byte
-	err = tx.QueryRowContext(ctx, `SELECT data FROM resource_meta WHERE resource_id = ?`, resourceID).Scan(&existing)
-	if errors.Is(err, sql.ErrNoRows) {
-		return store.Unchanged, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("sink: %s: read meta %q: %w", path, resourceID, err)
-	}
-	if newerThanPurge(d.opts.Encoding, existing, purgedAt) {
-		return store.Stale, nil
-	}
-	res, err := tx.ExecContext(ctx, `DELETE FROM resource_meta WHERE resource_id = ? AND data = ?`, resourceID, existing)
-	if err != nil {
-		return 0, fmt.Errorf("sink: %s: purge meta %q: %w", path, resourceID, err)
-	}
-	if n, err := res.RowsAffected(); err != nil {
-		return 0, fmt.Errorf("sink: %s: purge meta %q: %w", path, resourceID, err)
-	} else if n != 1 {
-		return 0, fmt.Errorf("sink: %s: meta %q changed concurrently", path, resourceID)
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("sink: %s: commit purge of %q: %w", path, resourceID, err)
-	}
-	return store.Written, nil
+	return sqlitemeta.Delete(ctx, db, path, resourceID, func(existing []byte) bool {
+		return newerThanPurge(d.opts.Encoding, existing, purgedAt)
+	})
 }
 
 // purgeIndex moves the resource's index entries last updated at or before

@@ -23,3 +23,22 @@ func OpenOn(ctx context.Context, srv *s3test.Server, bucket string) (*Sink, erro
 
 // BucketOf is the resource bucket s writes, so a test can reopen it.
 func BucketOf(s *Sink) string { return s.opts.Bucket }
+
+// OpenFactoryOn opens the all-S3 factory below prefix in bucket of srv,
+// with its static credentials and short retry delays, its local copies
+// below cacheDir.
+func OpenFactoryOn(ctx context.Context, srv *s3test.Server, bucket, prefix, cacheDir string) (*Factory, error) {
+	return OpenFactoryMode(ctx, srv, bucket, prefix, cacheDir, "")
+}
+
+// OpenFactoryMode is OpenFactoryOn with a Conditional mode ("" = auto).
+func OpenFactoryMode(ctx context.Context, srv *s3test.Server, bucket, prefix, cacheDir, conditional string) (*Factory, error) {
+	return openFactory(ctx, Options{
+		Bucket: bucket, Prefix: prefix, Endpoint: srv.Endpoint, PathStyle: true, Region: srv.Region,
+		Factory: true, CacheDir: cacheDir, Conditional: conditional, maxBackoff: 20e6,
+	}, config.WithCredentialsProvider(srv.Credentials()))
+}
+
+// SetBeforePut sets a function run between an upload's HEAD and its PUT,
+// so a test can upload as another writer exactly there.
+func (f *Factory) SetBeforePut(fn func()) { f.beforePut = fn }

@@ -66,6 +66,14 @@ type Options struct {
 	Conditional string                      // "auto" (default: If-None-Match: * and fall back to HEAD-then-PUT if the server rejects the header as unsupported), "if-none-match", "head"
 	MaxAttempts int                         // attempts per request for throttling/5xx/network errors, with backoff; 0 = 10
 
+	// Factory names SpecStar's all-S3 storage factory below Prefix (its
+	// base, with no "{model}"): per model a whole SQLite meta store at
+	// {base}{model}/meta.db, revisions under {base}{model}/, blobs under
+	// {base}blobs/, json by default. OpenFactory opens it.
+	Factory     bool
+	CacheDir    string // where the factory keeps its local meta.db copies; "" = the system's temp directory
+	CacheModels int    // meta.db copies kept open at most (more are re-downloaded when needed); 0 = 64
+
 	// maxBackoff caps the delay between retries (0: the SDK's 20 s); tests
 	// shorten it.
 	maxBackoff time.Duration
@@ -82,6 +90,7 @@ const (
 	defaultS3Attempts    = 10
 	maxS3KeyLen          = 1024 // S3's maximum key length in bytes
 	modelPlaceholder     = "{model}"
+	defaultCacheModels   = 64
 
 	condAuto = "auto"
 	condINM  = "if-none-match"
@@ -92,6 +101,22 @@ const (
 func (o Options) withDefaults() (Options, error) {
 	if o.Bucket == "" {
 		return o, errors.New("sink: s3: no bucket")
+	}
+	if o.Factory {
+		base := factoryBase(o.Prefix)
+		if strings.Contains(base, modelPlaceholder) {
+			return o, fmt.Errorf("sink: s3: factory prefix %q: the factory places each model below it, %s cannot be used", o.Prefix, modelPlaceholder)
+		}
+		o.Prefix = base + modelPlaceholder + "/"
+		if o.BlobPrefix == "" {
+			o.BlobPrefix = base + defaultS3BlobPrefix
+		}
+		if !o.Encoding.Present {
+			o.Encoding = events.Some(events.JSON) // the factory's default
+		}
+		if o.CacheModels == 0 {
+			o.CacheModels = defaultCacheModels
+		}
 	}
 	if o.Prefix == "" {
 		o.Prefix = defaultS3Prefix
@@ -231,7 +256,7 @@ func (s *Sink) check(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return errors.New("sink: s3 is closed")
+		return errClosed
 	}
 	return nil
 }
@@ -274,6 +299,15 @@ func (s *Sink) useHead() bool {
 
 // ------------------------------------------------------------- keys
 
+// factoryBase is the all-S3 factory's base prefix from a URL's path: ""
+// or ending in "/".
+func factoryBase(prefix string) string {
+	if prefix != "" && !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return prefix
+}
+
 // modelPrefix is the resource store prefix of a model.
 func (s *Sink) modelPrefix(model string) string {
 	return strings.ReplaceAll(s.opts.Prefix, modelPlaceholder, model)
@@ -305,6 +339,9 @@ func checkKeyLen(what, key string) error {
 }
 
 // ----------------------------------------------------------- errors
+
+// errClosed is the error of a call on a closed sink.
+var errClosed = errors.New("sink: s3 is closed")
 
 // s3Status is the HTTP status of a failed request, 0 if it got none.
 func s3Status(err error) int {
@@ -342,13 +379,14 @@ func isPreconditionFailed(err error) bool {
 	return s3Status(err) == http.StatusPreconditionFailed || s3Code(err) == "PreconditionFailed"
 }
 
-// isConditionalUnsupported reports a server refusing If-None-Match on a
-// write as a feature it lacks (rather than the object existing).
+// isConditionalUnsupported reports a server refusing If-None-Match (or
+// If-Match) on a write as a feature it lacks (rather than the object existing).
 func isConditionalUnsupported(err error) bool {
 	if s3Code(err) == "NotImplemented" || s3Status(err) == http.StatusNotImplemented {
 		return true
 	}
 	var ae smithy.APIError
 	return s3Status(err) == http.StatusBadRequest && errors.As(err, &ae) &&
-		strings.Contains(strings.ToLower(ae.ErrorMessage()), "if-none-match")
+		(strings.Contains(strings.ToLower(ae.ErrorMessage()), "if-none-match") ||
+			strings.Contains(strings.ToLower(ae.ErrorMessage()), "if-match"))
 }

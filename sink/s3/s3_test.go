@@ -990,6 +990,10 @@ func TestParseS3URL(t *testing.T) {
 				Encoding: events.Some(events.JSON), Concurrency: 4, PartSize: 16 << 20, Conditional: "head", MaxAttempts: 3},
 		},
 		{raw: "s3://b?part_size=5242880&encoding=msgpack", want: Options{Bucket: "b", PartSize: 5 << 20, Encoding: events.Some(events.Msgpack)}},
+		{raw: "s3://b/app?factory=s3&cache_dir=/var/cache/x&cache_models=8", want: Options{Bucket: "b", Prefix: "app", Factory: true, CacheDir: "/var/cache/x", CacheModels: 8}},
+		{raw: "s3://b?factory=postgres", wantErr: "factory="},
+		{raw: "s3://b?factory=s3&cache_models=0", wantErr: "cache_models="},
+		{raw: "s3://b?cache_dir=", wantErr: "cache_dir="},
 		{raw: "http://b/p", wantErr: "scheme"},
 		{raw: "s3:///p", wantErr: "no bucket"},
 		{raw: "s3://host:9000/p", wantErr: "endpoint="},
@@ -1019,6 +1023,45 @@ func TestParseS3URL(t *testing.T) {
 				t.Fatalf("got %+v\nwant %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestFactoryURLLayout: a factory URL's path is the base below which each
+// model has its meta.db and resource store, and the blob store is
+// {base}blobs/, whether the URL is opened as the factory or as a
+// deployment's blob store; json is the factory's encoding unless said.
+func TestFactoryURLLayout(t *testing.T) {
+	for _, tc := range []struct {
+		raw                        string
+		prefix, blobPrefix, blobOf string
+		enc                        events.Encoding
+	}{
+		{"s3://b?factory=s3", "{model}/", "blobs/", "blobs/", events.JSON},
+		{"s3://b/app?factory=s3", "app/{model}/", "app/blobs/", "app/blobs/", events.JSON},
+		{"s3://b/app/?factory=s3&encoding=msgpack&blob_prefix=bl/", "app/{model}/", "bl/", "bl/", events.Msgpack},
+	} {
+		o, err := ParseURL(tc.raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err = o.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Prefix != tc.prefix || o.BlobPrefix != tc.blobPrefix || o.Encoding.Value != tc.enc {
+			t.Errorf("%s: prefix %q blob prefix %q encoding %v", tc.raw, o.Prefix, o.BlobPrefix, o.Encoding)
+		}
+		b, err := ParseBlobURL(tc.raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.BlobPrefix != tc.blobOf || b.Factory {
+			t.Errorf("%s as a blob store: blob prefix %q factory %v", tc.raw, b.BlobPrefix, b.Factory)
+		}
+	}
+	o, _ := ParseURL("s3://b/{model}/x?factory=s3")
+	if _, err := o.withDefaults(); err == nil {
+		t.Error("a factory prefix holding {model} was accepted")
 	}
 }
 

@@ -46,6 +46,9 @@ func ParseSpec(raw string) (*Spec, error) {
 	if s.Name == "" {
 		// Stable for the same server, bucket and prefixes.
 		id := o.Endpoint + "|" + o.Bucket + "|" + o.Prefix + "|" + o.BlobBucket + "|" + o.BlobPrefix
+		if o.Factory && !s.BlobStore {
+			id += "|factory=s3"
+		}
 		h := xxh3.HashString128("s3:" + id).Bytes()
 		s.Name = fmt.Sprintf("sink-s3-%x", h[:6])
 	}
@@ -68,11 +71,30 @@ func (s *Spec) Consumer() (name string, models []string) { return s.Name, s.Mode
 // and blobs.
 func (s *Spec) Holds() (revisions, blobs bool) { return true, true }
 
-// Open opens the sink the Spec names.
+// Open opens the resource and blob stores the Spec names (for a factory
+// URL, its revisions and blobs only, in the factory's layout:
+// OpenFactory opens the whole factory).
 func (s *Spec) Open(ctx context.Context) (*Sink, error) {
 	o, err := s.Options()
 	if err != nil {
 		return nil, err
 	}
 	return Open(ctx, o)
+}
+
+// IsFactory says the URL names SpecStar's all-S3 factory (factory=s3)
+// rather than a resource or blob store, so the caller opens it with
+// OpenFactory.
+func (s *Spec) IsFactory() bool {
+	o, err := s.Options()
+	return err == nil && o.Factory
+}
+
+// OpenFactory opens the all-S3 factory the Spec names.
+func (s *Spec) OpenFactory(ctx context.Context) (*Factory, error) {
+	o, err := s.Options()
+	if err != nil {
+		return nil, err
+	}
+	return OpenFactory(ctx, o)
 }

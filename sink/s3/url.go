@@ -13,6 +13,7 @@ import (
 
 // ParseURL reads an S3 sink URL,
 // s3://bucket/prefix?endpoint=&region=&path_style=true&blob_bucket=&blob_prefix=&encoding=json|msgpack&concurrency=&part_size=&conditional=&max_attempts=
+// (and, for SpecStar's all-S3 factory, factory=s3&cache_dir=&cache_models=)
 // so that a store is named by one string on a command line. The path is
 // the prefix without its leading "/": "/{model}/data/" (braces literal or
 // as %7B%7D) gives Prefix "{model}/data/". part_size takes bytes or a
@@ -105,6 +106,22 @@ func ParseURL(raw string) (Options, error) {
 				return bad(fmt.Sprintf("want %s, %s or %s", condAuto, condINM, condHead))
 			}
 			o.Conditional = v
+		case "factory":
+			if v != "s3" {
+				return bad("the only factory an s3:// URL names is s3 (SpecStar's all-S3 storage factory)")
+			}
+			o.Factory = true
+		case "cache_dir":
+			if v == "" {
+				return bad("empty")
+			}
+			o.CacheDir = v
+		case "cache_models":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return bad("not a positive integer")
+			}
+			o.CacheModels = n
 		case "max_attempts":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -148,6 +165,13 @@ func ParseBlobURL(raw string) (Options, error) {
 	}
 	if o.BlobBucket == "" {
 		o.BlobBucket = o.Bucket
+	}
+	if o.Factory {
+		// The all-S3 factory's blob store, {prefix}blobs/ unless said otherwise.
+		if o.BlobPrefix == "" {
+			o.BlobPrefix = factoryBase(o.Prefix) + defaultS3BlobPrefix
+		}
+		o.Factory = false
 	}
 	if o.BlobPrefix == "" {
 		o.BlobPrefix = "blobs/"

@@ -12,6 +12,7 @@ func FuzzParseS3URL(f *testing.F) {
 		"s3://bucket/{model}/data/?endpoint=http://127.0.0.1:7070&path_style=true",
 		"s3://b/%7Bmodel%7D/data/?region=eu-west-1&part_size=16MiB&concurrency=4",
 		"s3://b/?blob_bucket=c&blob_prefix=x/&conditional=head&max_attempts=3&encoding=json",
+		"s3://b/app/?factory=s3&cache_dir=/tmp/x&cache_models=3", "s3://b?factory=redis",
 		"s3://user:pw@b/", "s3://b:9000/", "http://b/", "s3:///x", "s3://b/?part_size=1KiB",
 	} {
 		f.Add(s)

@@ -118,3 +118,21 @@ func SplitList(v string) []string {
 	}
 	return out
 }
+
+// CompareMeta orders two metas of one resource: by updated time (naive
+// read as UTC), then total revision count, then encoded bytes (a
+// deterministic tie-break between different metas that tie on both): the
+// newer-meta-wins rule every meta store applies, so the result never
+// depends on arrival order.
+func CompareMeta(a *events.ResourceMeta, ab []byte, b *events.ResourceMeta, bb []byte) int {
+	if c := a.UpdatedTime.Instant().Compare(b.UpdatedTime.Instant()); c != 0 {
+		return c
+	}
+	if a.TotalRevisionCount != b.TotalRevisionCount {
+		if a.TotalRevisionCount > b.TotalRevisionCount {
+			return 1
+		}
+		return -1
+	}
+	return bytes.Compare(ab, bb)
+}
