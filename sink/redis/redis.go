@@ -1,0 +1,462 @@
+// Package redis is the sink of SpecStar's Redis meta store: one string key
+// per resource, {prefix}resource_meta:{resource_id}, holding the encoded
+// ResourceMeta (json by default, msgpack if configured), byte-identical to
+// what SpecStar writes there. It holds metas only (revisions and blobs
+// are Skipped), so it is the meta layer of a deployment whose resources
+// and blobs live on disk, in S3 or in Postgres.
+//
+// Newer-meta-wins is made atomic in Redis: the newer meta is decided in Go
+// by the rule every meta store shares (updated time, then revision count,
+// then encoded bytes), and written by a Lua compare-and-set that replaces
+// the key only if it still holds the bytes that decision was made
+// against; a lost race is decided again, so two writers never lose an
+// update.
+package redis
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"iter"
+	"slices"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/sink/internal/store"
+)
+
+// ModelPlaceholder in a prefix is replaced by the model's name, so one
+// server (and database) holds the metas of every model.
+const ModelPlaceholder = "{model}"
+
+// DefaultPrefix is the key prefix when the URL gives none: one key space
+// per model, "{model}:resource_meta:{resource_id}".
+const DefaultPrefix = ModelPlaceholder + ":"
+
+// KeyInfix separates the prefix from the resource id in every key, as in
+// SpecStar's RedisMetaStore.
+const KeyInfix = "resource_meta:"
+
+// maxCASAttempts bounds how often a write is decided again after another
+// writer changed the key in between; each lost race means another writer
+// made progress, so this is only reached under a pathological storm.
+const maxCASAttempts = 100
+
+// scanCount is the COUNT hint of each SCAN call.
+const scanCount = 1000
+
+// Options are a Redis meta store's key layout and encoding.
+type Options struct {
+	// Prefix starts every key; ModelPlaceholder in it is replaced by the
+	// model. Without the placeholder the store holds Model only.
+	Prefix string
+	// Model is the one model a Prefix without ModelPlaceholder holds.
+	Model string
+	// Encoding is how metas are written (JSON, SpecStar's default, or
+	// Msgpack); reads accept both.
+	Encoding events.Encoding
+}
+
+// casScript replaces (or deletes) KEYS[1] only if it still holds what the
+// caller decided against: ARGV[1] "1" if a value was read (ARGV[2]), "0"
+// if the key was absent; ARGV[3] "set" (to ARGV[4]) or "del". It returns 1
+// when it changed the key, 0 when the key had changed meanwhile.
+var casScript = goredis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if ARGV[1] == '1' then
+  if cur ~= ARGV[2] then return 0 end
+elseif cur then
+  return 0
+end
+if ARGV[3] == 'set' then
+  redis.call('SET', KEYS[1], ARGV[4])
+else
+  redis.call('DEL', KEYS[1])
+end
+return 1
+`)
+
+// Sink writes SpecStar metas to a Redis meta store. It is safe for
+// concurrent use, and with other writers of the same keys.
+type Sink struct {
+	rdb  *goredis.Client
+	opts Options
+	addr string // server and database, for messages
+}
+
+// Open connects to the server opts names and checks it answers.
+func Open(ctx context.Context, client *goredis.Options, opts Options) (*Sink, error) {
+	switch opts.Encoding {
+	case events.JSON, events.Msgpack:
+	default:
+		return nil, fmt.Errorf("sink: unknown encoding %v", opts.Encoding)
+	}
+	if !strings.Contains(opts.Prefix, ModelPlaceholder) && opts.Model == "" {
+		return nil, fmt.Errorf("sink: redis prefix %q has no %s and no model is named", opts.Prefix, ModelPlaceholder)
+	}
+	rdb := goredis.NewClient(client)
+	s := &Sink{rdb: rdb, opts: opts, addr: fmt.Sprintf("redis %s/%d", client.Addr, client.DB)}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("%s: %w", s.addr, err)
+	}
+	return s, nil
+}
+
+// Client is the connection, for readers that follow the store's changes
+// (the Redis source's keyspace notifications).
+func (s *Sink) Client() *goredis.Client { return s.rdb }
+
+// Options are the store's key layout and encoding.
+func (s *Sink) Options() Options { return s.opts }
+
+// String names the store in messages: server, database and prefix.
+func (s *Sink) String() string { return s.addr + " prefix " + fmt.Sprintf("%q", s.opts.Prefix) }
+
+// checkModel refuses a model the store cannot hold: empty, NUL, one that
+// would make keys ambiguous, or another model than a fixed prefix's.
+func (s *Sink) checkModel(model string) error {
+	if err := store.CheckModel(model); err != nil {
+		return err // the names no other store holds either, so a mirror can take any model
+	}
+	key := fmt.Sprintf("model %q", model)
+	switch {
+	case !strings.Contains(s.opts.Prefix, ModelPlaceholder) && model != s.opts.Model:
+		return store.Invalidf(key, "this store's prefix %q holds model %q only", s.opts.Prefix, s.opts.Model)
+	}
+	_, after, _ := strings.Cut(s.opts.Prefix, ModelPlaceholder)
+	if strings.Contains(model, after+KeyInfix) {
+		return store.Invalidf(key, "contains %q, which would make its keys ambiguous", after+KeyInfix)
+	}
+	return nil
+}
+
+// checkResourceID refuses a resource id no key can hold unambiguously.
+func checkResourceID(id string) error {
+	key := fmt.Sprintf("resource_id %q", id)
+	switch {
+	case id == "":
+		return store.Invalid(key, "empty")
+	case strings.IndexByte(id, 0) >= 0:
+		return store.Invalid(key, "contains NUL")
+	}
+	return nil
+}
+
+// modelPrefix is the prefix of model's keys, up to and with KeyInfix.
+func (o Options) modelPrefix(model string) string {
+	return strings.ReplaceAll(o.Prefix, ModelPlaceholder, model) + KeyInfix
+}
+
+// Key is the key of one resource's meta.
+func (o Options) Key(model, resourceID string) string { return o.modelPrefix(model) + resourceID }
+
+// ParseKey reads a key of this layout back into its model and resource
+// id; ok is false for a key of another layout.
+func (o Options) ParseKey(key string) (model, resourceID string, ok bool) {
+	before, after, hasModel := strings.Cut(o.Prefix, ModelPlaceholder)
+	if !hasModel {
+		rid, ok := strings.CutPrefix(key, o.Prefix+KeyInfix)
+		return o.Model, rid, ok && rid != ""
+	}
+	rest, ok := strings.CutPrefix(key, before)
+	if !ok {
+		return "", "", false
+	}
+	model, rid, ok := strings.Cut(rest, after+KeyInfix)
+	if !ok || model == "" || rid == "" {
+		return "", "", false
+	}
+	return model, rid, true
+}
+
+// Pattern is the SCAN MATCH pattern of every meta key of the layout (or
+// of one model's, when model is not "").
+func (o Options) Pattern(model string) string {
+	if model != "" {
+		return globEscape(o.modelPrefix(model)) + "*"
+	}
+	before, after, hasModel := strings.Cut(o.Prefix, ModelPlaceholder)
+	if !hasModel {
+		return globEscape(o.Prefix+KeyInfix) + "*"
+	}
+	return globEscape(before) + "*" + globEscape(after+KeyInfix) + "*"
+}
+
+// Key is the key of one resource's meta.
+func (s *Sink) Key(model, resourceID string) string { return s.opts.Key(model, resourceID) }
+
+// ParseKey reads a key of this store back into its model and resource
+// id; ok is false for a key of another layout.
+func (s *Sink) ParseKey(key string) (model, resourceID string, ok bool) { return s.opts.ParseKey(key) }
+
+// globEscape quotes the characters SCAN MATCH reads as a pattern.
+func globEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// Raw reads the stored bytes of one meta; a missing key wraps
+// fs.ErrNotExist.
+func (s *Sink) Raw(ctx context.Context, model, resourceID string) ([]byte, error) {
+	key := s.Key(model, resourceID)
+	b, err := s.rdb.Get(ctx, key).Bytes()
+	if errors.Is(err, goredis.Nil) {
+		return nil, fmt.Errorf("%s: meta %q: %w", s.addr, key, fs.ErrNotExist)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: get %q: %w", s.addr, key, err)
+	}
+	return b, nil
+}
+
+// DecodeMeta reads a stored meta in either encoding (SpecStar's json
+// starts with '{', a msgpack map never does), so a store written in the
+// other encoding than configured is still read.
+func DecodeMeta(b []byte) (*events.ResourceMeta, error) {
+	enc := events.Msgpack
+	if len(b) > 0 && b[0] == '{' {
+		enc = events.JSON
+	}
+	return events.DecodeResourceMeta(enc, b)
+}
+
+// ApplyMeta writes one resource's ResourceMeta unless the store holds the
+// same one (Unchanged) or a newer one (Stale): newer is a later
+// updated_time (naive read as UTC), then a higher total_revision_count,
+// then, between two different metas tying on both, the greater encoding,
+// so the result never depends on arrival order. A stored value that does
+// not decode is replaced. The write is a compare-and-set: if another
+// writer changed the key after it was read, the decision is taken again.
+func (s *Sink) ApplyMeta(ctx context.Context, model string, meta *events.ResourceMeta) (store.Outcome, error) {
+	if meta == nil {
+		return 0, store.Invalid("meta", "nil")
+	}
+	if err := s.checkModel(model); err != nil {
+		return 0, err
+	}
+	if err := checkResourceID(meta.ResourceID); err != nil {
+		return 0, err
+	}
+	encoded, err := meta.Encode(s.opts.Encoding)
+	if err != nil {
+		return 0, store.Invalidf(fmt.Sprintf("meta %q", meta.ResourceID), "cannot be encoded in %v: %v", s.opts.Encoding, err)
+	}
+	key := s.Key(model, meta.ResourceID)
+	for range maxCASAttempts {
+		cur, err := s.Raw(ctx, model, meta.ResourceID)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return 0, err
+		}
+		if cur != nil {
+			if bytes.Equal(cur, encoded) {
+				return store.Unchanged, nil
+			}
+			if old, err := DecodeMeta(cur); err == nil && CompareMeta(meta, encoded, old, cur) <= 0 {
+				return store.Stale, nil
+			}
+		}
+		done, err := s.cas(ctx, key, cur, "set", encoded)
+		if err != nil {
+			return 0, err
+		}
+		if done {
+			return store.Written, nil
+		}
+	}
+	return 0, fmt.Errorf("%s: meta %q: changed by other writers %d times in a row", s.addr, key, maxCASAttempts)
+}
+
+// cas runs casScript: op ("set" to value, or "del") on key if it still
+// holds expected (nil: absent).
+func (s *Sink) cas(ctx context.Context, key string, expected []byte, op string, value []byte) (bool, error) {
+	present := "0"
+	if expected != nil {
+		present = "1"
+	}
+	n, err := casScript.Run(ctx, s.rdb, []string{key}, present, expected, op, value).Int()
+	if err != nil {
+		return false, fmt.Errorf("%s: %s %q: %w", s.addr, op, key, err)
+	}
+	return n == 1, nil
+}
+
+// CompareMeta orders two metas of one resource (a encoded as ab, b as
+// bb): by updated time (naive read as UTC), then total revision count,
+// then encoded bytes, the rule every meta store of this repository keeps.
+func CompareMeta(a *events.ResourceMeta, ab []byte, b *events.ResourceMeta, bb []byte) int {
+	if c := a.UpdatedTime.Instant().Compare(b.UpdatedTime.Instant()); c != 0 {
+		return c
+	}
+	if a.TotalRevisionCount != b.TotalRevisionCount {
+		if a.TotalRevisionCount > b.TotalRevisionCount {
+			return 1
+		}
+		return -1
+	}
+	return bytes.Compare(ab, bb)
+}
+
+// ApplyRevision is Skipped: a Redis meta store holds no revisions.
+func (s *Sink) ApplyRevision(ctx context.Context, model string, res *events.RawResource) (store.Outcome, error) {
+	return store.Skipped, nil
+}
+
+// ApplyBlob is Skipped: a Redis meta store holds no blobs.
+func (s *Sink) ApplyBlob(ctx context.Context, fileID string, size int64, contentType string, data io.Reader) (store.Outcome, error) {
+	return store.Skipped, nil
+}
+
+// ApplyPurge deletes the resource's meta key, unless the stored meta was
+// updated after purgedAt (a re-creation: Stale); Unchanged when there is
+// none. The delete is a compare-and-set like ApplyMeta's write.
+func (s *Sink) ApplyPurge(ctx context.Context, model, resourceID string, purgedAt events.Time) (store.Outcome, error) {
+	if err := s.checkModel(model); err != nil {
+		return 0, err
+	}
+	if err := checkResourceID(resourceID); err != nil {
+		return 0, err
+	}
+	key := s.Key(model, resourceID)
+	for range maxCASAttempts {
+		cur, err := s.Raw(ctx, model, resourceID)
+		if errors.Is(err, fs.ErrNotExist) {
+			return store.Unchanged, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		if old, err := DecodeMeta(cur); err == nil && old.UpdatedTime.Instant().After(purgedAt.Instant()) {
+			return store.Stale, nil
+		}
+		done, err := s.cas(ctx, key, cur, "del", nil)
+		if err != nil {
+			return 0, err
+		}
+		if done {
+			return store.Written, nil
+		}
+	}
+	return 0, fmt.Errorf("%s: purge %q: changed by other writers %d times in a row", s.addr, key, maxCASAttempts)
+}
+
+// Flush has nothing to do: every Apply is already in Redis when it
+// returns (as durable as the server's persistence settings make it).
+func (s *Sink) Flush(ctx context.Context) error { return ctx.Err() }
+
+// Close closes the connection pool.
+func (s *Sink) Close() error { return s.rdb.Close() }
+
+// Meta reads one resource's meta back; a missing one wraps fs.ErrNotExist.
+func (s *Sink) Meta(ctx context.Context, model, resourceID string) (*events.ResourceMeta, error) {
+	if err := s.checkModel(model); err != nil {
+		return nil, fmt.Errorf("%s: %w", s.addr, errors.Join(err, fs.ErrNotExist))
+	}
+	if err := checkResourceID(resourceID); err != nil {
+		return nil, fmt.Errorf("%s: %w", s.addr, errors.Join(err, fs.ErrNotExist))
+	}
+	b, err := s.Raw(ctx, model, resourceID)
+	if err != nil {
+		return nil, err
+	}
+	m, err := DecodeMeta(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: meta %q: %w", s.addr, s.Key(model, resourceID), err)
+	}
+	return m, nil
+}
+
+// Revision wraps fs.ErrNotExist: a Redis meta store holds no revisions.
+func (s *Sink) Revision(ctx context.Context, model, resourceID, revisionID string, schemaVersion events.Opt[string]) (*events.RevisionInfo, []byte, error) {
+	return nil, nil, fmt.Errorf("%s holds no revisions: %w", s.addr, fs.ErrNotExist)
+}
+
+// OpenBlob wraps fs.ErrNotExist: a Redis meta store holds no blobs.
+func (s *Sink) OpenBlob(ctx context.Context, fileID string) (*events.Binary, io.ReadCloser, error) {
+	return nil, nil, fmt.Errorf("%s holds no blobs: %w", s.addr, fs.ErrNotExist)
+}
+
+// Scan yields every key matching pattern once (SCAN may repeat a key; the
+// repeats are dropped), in no particular order.
+func (s *Sink) Scan(ctx context.Context, pattern string) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		seen := map[string]bool{}
+		var cursor uint64
+		for {
+			keys, next, err := s.rdb.Scan(ctx, cursor, pattern, scanCount).Result()
+			if err != nil {
+				yield("", fmt.Errorf("%s: scan %q: %w", s.addr, pattern, err))
+				return
+			}
+			for _, k := range keys {
+				if seen[k] {
+					continue
+				}
+				seen[k] = true
+				if !yield(k, nil) {
+					return
+				}
+			}
+			if cursor = next; cursor == 0 {
+				return
+			}
+		}
+	}
+}
+
+// Models lists the models with at least one meta, in byte order (SCAN).
+func (s *Sink) Models(ctx context.Context) ([]string, error) {
+	set := map[string]bool{}
+	for k, err := range s.Scan(ctx, s.opts.Pattern("")) {
+		if err != nil {
+			return nil, err
+		}
+		if m, _, ok := s.ParseKey(k); ok {
+			set[m] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for m := range set {
+		out = append(out, m)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// ResourceIDs lists the resources of model, in byte order (one SCAN,
+// sorted in memory: Redis keeps no order).
+func (s *Sink) ResourceIDs(ctx context.Context, model string) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		if s.checkModel(model) != nil {
+			return // a model the store cannot hold has no resources
+		}
+		var ids []string
+		for k, err := range s.Scan(ctx, s.opts.Pattern(model)) {
+			if err != nil {
+				yield("", err)
+				return
+			}
+			if m, rid, ok := s.ParseKey(k); ok && m == model {
+				ids = append(ids, rid)
+			}
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			if !yield(id, nil) {
+				return
+			}
+		}
+	}
+}
