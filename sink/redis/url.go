@@ -34,7 +34,7 @@ type Spec struct {
 // all others are go-redis's (dial_timeout=, pool_size=...).
 func isOptionKey(k string) bool {
 	switch k {
-	case "prefix", "encoding", "name", "models", "on_duplicate":
+	case "prefix", "encoding", "name", "models", "on_duplicate", "slow":
 		return true
 	}
 	return false
@@ -78,6 +78,8 @@ func ParseSpec(raw string) (*Spec, error) {
 			s.Name = v
 		case "models":
 			s.Models = store.SplitList(v)
+		case "slow":
+			return nil, fmt.Errorf("slow= names the slow store of a fast/slow deployment, which only the Redis source reads; a sink writes the Redis store alone (give the slow store as a sink of its own)")
 		case "on_duplicate":
 			if v != "newer" && v != "" {
 				return nil, fmt.Errorf("on_duplicate=%q: a Redis meta store keeps the newer meta only (on_duplicate=newer)", v)
