@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	"github.com/specstar/replicator/internal/redistest"
+	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/stream"
+)
+
+// TestArchiveRedisRoundTrip: an archive replayed onto the stream and
+// materialized into a deployment with its metas in Redis and its
+// revisions and blobs on disk, then exported back with writer export,
+// holds the same metas, revisions and blobs; that deployment verifies
+// against the archive (named in a YAML deployment file), and a disk
+// mirror of the same stream verifies against it.
+func TestArchiveRedisRoundTrip(t *testing.T) {
+	repl := buildBinary(t, "../replicator")
+	for _, name := range []string{"small.acbak", "blobs.acbak"} {
+		t.Run(name, func(t *testing.T) {
+			archive := testfixtures.Path(t, name)
+			bus, err := stream.Open(context.Background(), stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(bus.Close)
+			if code, out, errs := runWriter(t, "replay", archive, "--nats", bus.URL()); code != exitOK {
+				t.Fatalf("replay: %d\n%s%s", code, out, errs)
+			}
+			meta := redistest.SinkURL("prefix=" + url.QueryEscape(redistest.Prefix(t)+"{model}:"))
+			root := "disk:" + filepath.Join(t.TempDir(), "deployment")
+			run := func(args ...string) {
+				t.Helper()
+				args = append([]string{"run", "--nats", bus.URL(), "--until-drained", "--listen", ""}, args...)
+				if out, err := exec.Command(repl, args...).CombinedOutput(); err != nil {
+					t.Fatalf("replicator %q: %v\n%s", args, err, out)
+				}
+			}
+			run("--meta", meta, "--resources", root, "--blobs", root)
+
+			exported := filepath.Join(t.TempDir(), "export.acbak")
+			if code, out, errs := runWriter(t, "export", "--from-meta", meta, "--from-resources", root, "--from-blobs", root, "--to", exported); code != exitOK {
+				t.Fatalf("export: %d\n%s%s", code, out, errs)
+			}
+			if code, out, _ := runWriter(t, "verify", exported); code != exitOK {
+				t.Fatalf("the exported archive does not verify:\n%s", out)
+			}
+			want, got := recordSet(t, archive), recordSet(t, exported)
+			if len(want) == 0 || len(got) != len(want) {
+				t.Fatalf("exported %d distinct records, the archive holds %d", len(got), len(want))
+			}
+			for k := range want {
+				if !got[k] {
+					t.Errorf("a record of the archive is missing from the export (%.60q)", k)
+				}
+			}
+
+			config := filepath.Join(t.TempDir(), "deploy.yaml")
+			yaml := "deployments:\n  fast:\n    meta: " + meta + "\n    resources: " + root + "\n    blobs: " + root + "\n"
+			if err := os.WriteFile(config, []byte(yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			verify(t, "the Redis deployment against the archive", repl, "--config", config, "--from", archive, "--to", "fast")
+			mirror := filepath.Join(t.TempDir(), "mirror")
+			run("--to", mirror)
+			verify(t, "the disk mirror against the Redis deployment", repl, "--config", config, "--from", "fast", "--to", mirror)
+		})
+	}
+}
+
+// verify runs replicator verify, which must exit 0 having compared at
+// least one meta and revision.
+func verify(t *testing.T, what, repl string, args ...string) {
+	t.Helper()
+	out, err := exec.Command(repl, append([]string{"verify"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("verify %s: %v\n%s", what, err, out)
+	}
+	if !regexp.MustCompile(`equal: [1-9][0-9]* metas, [1-9][0-9]* revisions`).Match(out) {
+		t.Fatalf("verify %s compared nothing:\n%s", what, out)
+	}
+}
