@@ -59,7 +59,8 @@ func TestConformance(t *testing.T) {
 					mu.Unlock()
 					return open(t, p)
 				},
-				Metas: true,
+				Metas:  true,
+				Queued: true, // Flush decides newer-wins
 			})
 		})
 	}
@@ -96,6 +97,7 @@ func TestConformance(t *testing.T) {
 				return build(t, w)
 			},
 			Metas: true, Revisions: true, Blobs: true,
+			Queued:          true, // Flush decides newer-wins
 			PathRevisionIDs: true,
 			Outside: func(t *testing.T, s sink.Sink) string {
 				mu.Lock()

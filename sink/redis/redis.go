@@ -10,7 +10,11 @@
 // then encoded bytes), and written by a Lua compare-and-set that replaces
 // the key only if it still holds the bytes that decision was made
 // against; a lost race is decided again, so two writers never lose an
-// update.
+// update. Apply validates and queues; Flush writes, so in a deployment
+// (whose layered sink flushes blobs, then revisions, then metas) a meta
+// never reaches Redis before the revisions it points at, as SpecStar
+// orders its own writes, and a follower of the keys never sees a meta
+// whose revisions are not written yet.
 package redis
 
 import (
@@ -23,6 +27,7 @@ import (
 	"iter"
 	"slices"
 	"strings"
+	"sync"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -87,6 +92,17 @@ type Sink struct {
 	rdb  *goredis.Client
 	opts Options
 	addr string // server and database, for messages
+
+	mu    sync.Mutex
+	queue []write // applied, not yet flushed, in Apply order
+}
+
+// write is one queued meta or purge.
+type write struct {
+	model, rid string
+	meta       *events.ResourceMeta // nil: a purge
+	encoded    []byte
+	purgedAt   events.Time
 }
 
 // Open connects to the server opts names and checks it answers.
@@ -233,27 +249,54 @@ func DecodeMeta(b []byte) (*events.ResourceMeta, error) {
 	return events.DecodeResourceMeta(enc, b)
 }
 
-// ApplyMeta writes one resource's ResourceMeta unless the store holds the
+// ApplyMeta validates and encodes one resource's ResourceMeta and queues
+// it for the next Flush, returning Written ("queued"): Flush decides
+// whether it replaces the stored one (see Put). Refusals come at once.
+func (s *Sink) ApplyMeta(ctx context.Context, model string, meta *events.ResourceMeta) (store.Outcome, error) {
+	encoded, err := s.prepare(model, meta)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queue = append(s.queue, write{model: model, rid: meta.ResourceID, meta: meta, encoded: encoded})
+	return store.Written, ctx.Err()
+}
+
+// prepare checks a meta and encodes it in the store's encoding.
+func (s *Sink) prepare(model string, meta *events.ResourceMeta) ([]byte, error) {
+	if meta == nil {
+		return nil, store.Invalid("meta", "nil")
+	}
+	if err := s.checkModel(model); err != nil {
+		return nil, err
+	}
+	if err := checkResourceID(meta.ResourceID); err != nil {
+		return nil, err
+	}
+	encoded, err := meta.Encode(s.opts.Encoding)
+	if err != nil {
+		return nil, store.Invalidf(fmt.Sprintf("meta %q", meta.ResourceID), "cannot be encoded in %v: %v", s.opts.Encoding, err)
+	}
+	return encoded, nil
+}
+
+// Put writes one resource's ResourceMeta now, unless the store holds the
 // same one (Unchanged) or a newer one (Stale): newer is a later
 // updated_time (naive read as UTC), then a higher total_revision_count,
 // then, between two different metas tying on both, the greater encoding,
 // so the result never depends on arrival order. A stored value that does
 // not decode is replaced. The write is a compare-and-set: if another
 // writer changed the key after it was read, the decision is taken again.
-func (s *Sink) ApplyMeta(ctx context.Context, model string, meta *events.ResourceMeta) (store.Outcome, error) {
-	if meta == nil {
-		return 0, store.Invalid("meta", "nil")
-	}
-	if err := s.checkModel(model); err != nil {
-		return 0, err
-	}
-	if err := checkResourceID(meta.ResourceID); err != nil {
-		return 0, err
-	}
-	encoded, err := meta.Encode(s.opts.Encoding)
+func (s *Sink) Put(ctx context.Context, model string, meta *events.ResourceMeta) (store.Outcome, error) {
+	encoded, err := s.prepare(model, meta)
 	if err != nil {
-		return 0, store.Invalidf(fmt.Sprintf("meta %q", meta.ResourceID), "cannot be encoded in %v: %v", s.opts.Encoding, err)
+		return 0, err
 	}
+	return s.put(ctx, model, meta, encoded)
+}
+
+func (s *Sink) put(ctx context.Context, model string, meta *events.ResourceMeta, encoded []byte) (store.Outcome, error) {
 	key := s.Key(model, meta.ResourceID)
 	for range maxCASAttempts {
 		cur, err := s.Raw(ctx, model, meta.ResourceID)
@@ -319,10 +362,26 @@ func (s *Sink) ApplyBlob(ctx context.Context, fileID string, size int64, content
 	return store.Skipped, nil
 }
 
-// ApplyPurge deletes the resource's meta key, unless the stored meta was
-// updated after purgedAt (a re-creation: Stale); Unchanged when there is
-// none. The delete is a compare-and-set like ApplyMeta's write.
+// ApplyPurge validates a permanent delete and queues it for the next
+// Flush, in order with the queued metas, returning Written ("queued"):
+// Flush deletes the key as Purge does.
 func (s *Sink) ApplyPurge(ctx context.Context, model, resourceID string, purgedAt events.Time) (store.Outcome, error) {
+	if err := s.checkModel(model); err != nil {
+		return 0, err
+	}
+	if err := checkResourceID(resourceID); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queue = append(s.queue, write{model: model, rid: resourceID, purgedAt: purgedAt})
+	return store.Written, ctx.Err()
+}
+
+// Purge deletes the resource's meta key now, unless the stored meta was
+// updated after purgedAt (a re-creation: Stale); Unchanged when there is
+// none. The delete is a compare-and-set like Put's write.
+func (s *Sink) Purge(ctx context.Context, model, resourceID string, purgedAt events.Time) (store.Outcome, error) {
 	if err := s.checkModel(model); err != nil {
 		return 0, err
 	}
@@ -352,9 +411,31 @@ func (s *Sink) ApplyPurge(ctx context.Context, model, resourceID string, purgedA
 	return 0, fmt.Errorf("%s: purge %q: changed by other writers %d times in a row", s.addr, key, maxCASAttempts)
 }
 
-// Flush has nothing to do: every Apply is already in Redis when it
-// returns (as durable as the server's persistence settings make it).
-func (s *Sink) Flush(ctx context.Context) error { return ctx.Err() }
+// Flush writes the queued metas and purges in Apply order (each as Put or
+// Purge does); when it returns they are in Redis, as durable as the
+// server's persistence settings make them. On an error the writes not
+// done stay queued for the next Flush.
+func (s *Sink) Flush(ctx context.Context) error {
+	s.mu.Lock()
+	queue := s.queue
+	s.queue = nil
+	s.mu.Unlock()
+	for i, w := range queue {
+		var err error
+		if w.meta != nil {
+			_, err = s.put(ctx, w.model, w.meta, w.encoded)
+		} else {
+			_, err = s.Purge(ctx, w.model, w.rid, w.purgedAt)
+		}
+		if err != nil {
+			s.mu.Lock()
+			s.queue = append(queue[i:len(queue):len(queue)], s.queue...)
+			s.mu.Unlock()
+			return err
+		}
+	}
+	return ctx.Err()
+}
 
 // Close closes the connection pool.
 func (s *Sink) Close() error { return s.rdb.Close() }

@@ -41,7 +41,7 @@ func TestSpecStarBytes(t *testing.T) {
 				if r.Meta == nil {
 					continue
 				}
-				if out, err := st.ApplyMeta(ctx, r.Model, r.Meta); err != nil || out != sink.Written {
+				if out, err := st.Put(ctx, r.Model, r.Meta); err != nil || out != sink.Written {
 					t.Fatalf("apply %s: %v, %v", r.Meta.ResourceID, out, err)
 				}
 				want := r.Raw
@@ -96,19 +96,18 @@ func TestReadsEitherEncoding(t *testing.T) {
 	// Replaying the same meta in the store's own encoding is newer by
 	// nothing: the bytes differ, the meta is the same; the greater
 	// encoding wins and the result is stable on a second replay.
-	if _, err := st.ApplyMeta(ctx, "issue", m); err != nil {
+	if _, err := st.Put(ctx, "issue", m); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := st.ApplyMeta(ctx, "issue", m); err != nil || (out != sink.Unchanged && out != sink.Stale) {
+	if out, err := st.Put(ctx, "issue", m); err != nil || (out != sink.Unchanged && out != sink.Stale) {
 		t.Fatalf("second replay: %v, %v; want no write", out, err)
 	}
 }
 
-// TestConcurrentWriters races writers applying metas of one resource in
+// TestConcurrentWriters races writers putting metas of one resource in
 // opposite orders (each through its own connection, as two replicator
-// processes would): the newest meta must be what stays, every time, and
-// exactly one Apply of it reports Written... or more, if an older one
-// was written in between; what matters is the final value.
+// processes flushing would): the newest meta must be what stays, every
+// time.
 func TestConcurrentWriters(t *testing.T) {
 	prefix := redistest.Prefix(t) + redis.ModelPlaceholder + ":"
 	const metas, writers, rounds = 20, 4, 10
@@ -130,7 +129,7 @@ func TestConcurrentWriters(t *testing.T) {
 					if w%2 == 1 {
 						m = all[metas-1-i] // newest first
 					}
-					if _, err := st.ApplyMeta(ctx, "issue", m); err != nil {
+					if _, err := st.Put(ctx, "issue", m); err != nil {
 						errs <- err
 						return
 					}
@@ -159,7 +158,7 @@ func TestPurgeRace(t *testing.T) {
 	for round := range 20 {
 		rid := fmt.Sprintf("p:%d", round)
 		a, b := openStore(t, prefix, events.JSON), openStore(t, prefix, events.JSON)
-		if _, err := a.ApplyMeta(ctx, "issue", sinktestutil.Meta(t, rid, "2024-05-01T00:00:00Z", 1, "a")); err != nil {
+		if _, err := a.Put(ctx, "issue", sinktestutil.Meta(t, rid, "2024-05-01T00:00:00Z", 1, "a")); err != nil {
 			t.Fatal(err)
 		}
 		newer := sinktestutil.Meta(t, rid, "2024-07-01T00:00:00Z", 2, "a")
@@ -167,9 +166,9 @@ func TestPurgeRace(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			a.ApplyPurge(ctx, "issue", rid, sinktestutil.MustTime(t, "2024-06-01T00:00:00Z"))
+			a.Purge(ctx, "issue", rid, sinktestutil.MustTime(t, "2024-06-01T00:00:00Z"))
 		}()
-		go func() { defer wg.Done(); b.ApplyMeta(ctx, "issue", newer) }()
+		go func() { defer wg.Done(); b.Put(ctx, "issue", newer) }()
 		wg.Wait()
 		got, err := a.Meta(ctx, "issue", rid)
 		if err != nil {
@@ -209,7 +208,7 @@ func TestKeyLayout(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer st.Close()
-		out, err := st.ApplyMeta(ctx, tc.model, m)
+		out, err := st.Put(ctx, tc.model, m)
 		if tc.wantErr != "" {
 			if !sink.IsInvalid(err) || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("%s model %q: %v, %v; want an Invalid error with %q", tc.url, tc.model, out, err, tc.wantErr)
@@ -248,7 +247,7 @@ func TestGlobCharacters(t *testing.T) {
 	models := []string{"a*", "a?", "a[b]", `a\`, "a"}
 	for _, model := range models {
 		for _, rid := range []string{"*", "?", "[x]", `\`, "plain"} {
-			if _, err := st.ApplyMeta(ctx, model, sinktestutil.Meta(t, rid, "2024-05-01T00:00:00Z", 1, "a")); err != nil {
+			if _, err := st.Put(ctx, model, sinktestutil.Meta(t, rid, "2024-05-01T00:00:00Z", 1, "a")); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -333,6 +332,38 @@ func TestUnreachable(t *testing.T) {
 	_, err = spec.Open(ctx)
 	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
 		t.Fatalf("open an unreachable server: %v", err)
+	}
+}
+
+// TestQueuedUntilFlush: an applied meta reaches Redis at Flush, not
+// before, so a deployment's meta never precedes its revisions there; a
+// purge is queued in order with it.
+func TestQueuedUntilFlush(t *testing.T) {
+	st := openStore(t, "", events.JSON)
+	m := sinktestutil.Meta(t, "q", "2024-05-01T00:00:00Z", 1, "a")
+	if out, err := st.ApplyMeta(ctx, "issue", m); err != nil || out != sink.Written {
+		t.Fatalf("apply: %v, %v", out, err)
+	}
+	if _, err := st.Meta(ctx, "issue", "q"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("before Flush the meta is readable: %v", err)
+	}
+	if err := st.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Meta(ctx, "issue", "q"); err != nil {
+		t.Fatalf("after Flush: %v", err)
+	}
+	if _, err := st.ApplyPurge(ctx, "issue", "q", sinktestutil.MustTime(t, "2024-06-01T00:00:00Z")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ApplyMeta(ctx, "issue", sinktestutil.Meta(t, "q", "2024-07-01T00:00:00Z", 2, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.Meta(ctx, "issue", "q"); err != nil || got.TotalRevisionCount != 2 {
+		t.Fatalf("purge then re-creation, flushed together: %v, %v", got, err)
 	}
 }
 

@@ -86,7 +86,7 @@ func fastSlow(t *testing.T, slowURL string) {
 	rid := func(i int) string { return fmt.Sprintf("issue:%03d", i) }
 	var committed [resources]atomic.Int64
 	write := func(i int, v int64) {
-		if _, err := fast.ApplyMeta(ctx, "issue", meta(t, rid(i), v)); err != nil {
+		if _, err := fast.Put(ctx, "issue", meta(t, rid(i), v)); err != nil {
 			t.Error(err)
 			return
 		}

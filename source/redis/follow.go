@@ -47,7 +47,9 @@ type FollowOptions struct {
 // rescan. A meta is yielded only when it is newer than the last one
 // yielded for its resource (updated time, revision count, bytes), so a
 // resource moving from Redis into the slow store, or seen twice, is never
-// yielded again as an older or equal meta. A resource that disappears
+// yielded again as an older or equal meta; one whose current revision the
+// resource store does not hold yet is yielded again, revisions included,
+// at each check until it does. A resource that disappears
 // from both stores (a permanent delete) yields nothing: purges are not
 // followed.
 func (s *Source) Follow(ctx context.Context, o FollowOptions, fn func(base.Record) error) error {
@@ -163,7 +165,7 @@ func (f *follower) check(ctx context.Context, model, rid string) error {
 	if !yield(base.Record{Model: model, Record: rec, Where: "redis meta " + rid}, nil) {
 		return stop
 	}
-	refs, err := f.d.yieldRevisions(ctx, model, rid, yield)
+	refs, current, err := f.d.yieldRevisions(ctx, model, rid, meta.CurrentRevisionID, yield)
 	if err != nil {
 		if errors.Is(err, errStop) {
 			return stop
@@ -185,7 +187,12 @@ func (f *follower) check(ctx context.Context, model, rid string) error {
 		}
 		f.blobs[ref.FileID] = true
 	}
-	f.last[k] = rec.Data
+	if current {
+		f.last[k] = rec.Data
+	}
+	// Else the meta names a revision the resource store does not show
+	// yet (a writer that stores metas first): the resource is yielded
+	// again, with its revisions, until it does.
 	return nil
 }
 

@@ -26,7 +26,7 @@ func TestFollow(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			u := redisURL(t, "")
 			st := openRedis(t, u)
-			if _, err := st.ApplyMeta(ctx, "issue", meta(t, "a", 1)); err != nil {
+			if _, err := st.Put(ctx, "issue", meta(t, "a", 1)); err != nil {
 				t.Fatal(err)
 			}
 			got := make(chan int64, 16)
@@ -66,7 +66,7 @@ func TestFollow(t *testing.T) {
 			if err := st.Client().Set(ctx, st.Key("issue", "a"), raw, 0).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := st.ApplyMeta(ctx, "issue", meta(t, "b", 1)); err != nil {
+			if _, err := st.Put(ctx, "issue", meta(t, "b", 1)); err != nil {
 				t.Fatal(err)
 			}
 			expect(1) // b; a at version 2 was not yielded

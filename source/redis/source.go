@@ -348,7 +348,7 @@ func (d *Deployment) readModel(ctx context.Context, model string, yield func(bas
 		if !yield(base.Record{Model: model, Record: rec, Where: "redis meta " + id}, nil) {
 			return errStop
 		}
-		found, err := d.yieldRevisions(ctx, model, id, yield)
+		found, _, err := d.yieldRevisions(ctx, model, id, "", yield)
 		if err != nil {
 			return err
 		}
@@ -378,28 +378,31 @@ func MetaRecord(meta *events.ResourceMeta) (*events.MetaRecord, error) {
 }
 
 // yieldRevisions yields the stored revisions of one resource and returns
-// the blobs their payloads reference.
-func (d *Deployment) yieldRevisions(ctx context.Context, model, id string, yield func(base.Record, error) bool) ([]events.BinaryRef, error) {
+// the blobs their payloads reference, and whether revision current was
+// among them (true when there is no resource store).
+func (d *Deployment) yieldRevisions(ctx context.Context, model, id, current string, yield func(base.Record, error) bool) ([]events.BinaryRef, bool, error) {
 	if d.revisions == nil {
-		return nil, nil
+		return nil, true, nil
 	}
 	var refs []events.BinaryRef
+	seen := false
 	for res, err := range d.revisions.ResourceRevisions(ctx, model, id) {
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		enc, err := res.Encode(events.Msgpack)
 		if err != nil {
-			return nil, fmt.Errorf("revision %q: %w", res.Info.RevisionID, err)
+			return nil, false, fmt.Errorf("revision %q: %w", res.Info.RevisionID, err)
 		}
 		if !yield(base.Record{Model: model, Record: &events.RevisionRecord{Data: enc}, Where: "revision " + res.Info.RevisionID}, nil) {
-			return nil, errStop
+			return nil, false, errStop
 		}
+		seen = seen || res.Info.RevisionID == current
 		if found, err := events.PayloadBinaryRefs(res.RawData); err == nil {
 			refs = append(refs, found...)
 		}
 	}
-	return refs, nil
+	return refs, seen, nil
 }
 
 // yieldBlob yields a referenced blob: its bytes when the resource store
