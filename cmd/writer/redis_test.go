@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/specstar/replicator/internal/redistest"
 	"github.com/specstar/replicator/internal/testfixtures"
@@ -87,4 +89,80 @@ func verify(t *testing.T, what, repl string, args ...string) {
 	if !regexp.MustCompile(`equal: [1-9][0-9]* metas, [1-9][0-9]* revisions`).Match(out) {
 		t.Fatalf("verify %s compared nothing:\n%s", what, out)
 	}
+}
+
+// TestRedisTail: writer tail of a deployment with its metas in Redis and
+// its revisions and blobs on disk publishes its snapshot, then what is
+// written to it while it runs (a second archive replicated into it), so
+// that a disk mirror of its stream verifies equal to the deployment.
+func TestRedisTail(t *testing.T) {
+	repl := buildBinary(t, "../replicator")
+	newBus := func() *stream.Bus {
+		bus, err := stream.Open(context.Background(), stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(bus.Close)
+		return bus
+	}
+	in, out := newBus(), newBus() // what SpecStar writes; what the tail publishes
+	meta := redistest.SinkURL("prefix=" + url.QueryEscape(redistest.Prefix(t)+"{model}:"))
+	root := "disk:" + filepath.Join(t.TempDir(), "deployment")
+	write := func(archive string) { // SpecStar writing the deployment
+		t.Helper()
+		if code, o, errs := runWriter(t, "replay", testfixtures.Path(t, archive), "--nats", in.URL()); code != exitOK {
+			t.Fatalf("replay: %d\n%s%s", code, o, errs)
+		}
+		args := []string{"run", "--nats", in.URL(), "--until-drained", "--listen", "", "--meta", meta, "--resources", root, "--blobs", root}
+		if o, err := exec.Command(repl, args...).CombinedOutput(); err != nil {
+			t.Fatalf("replicator run: %v\n%s", err, o)
+		}
+	}
+	write("small.acbak")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	tailed := make(chan int, 1)
+	var tailOut, tailErr string
+	go func() {
+		var o, e syncBuffer
+		code := run(ctx, []string{"tail", "--from-meta", meta, "--from-resources", root, "--from-blobs", root,
+			"--nats", out.URL(), "--listen", "", "--interval", "200ms"}, &o, &e)
+		tailOut, tailErr = o.String(), e.String()
+		tailed <- code
+	}()
+	defer func() {
+		cancel()
+		if code := <-tailed; code != exitOK {
+			t.Errorf("writer tail: exit %d\n%s%s", code, tailOut, tailErr)
+		}
+	}()
+	mirror := filepath.Join(t.TempDir(), "mirror")
+	config := filepath.Join(t.TempDir(), "deploy.yaml")
+	yaml := "deployments:\n  fast:\n    meta: " + meta + "\n    resources: " + root + "\n    blobs: " + root + "\n"
+	if err := os.WriteFile(config, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// mirrored drains the tail's stream into the mirror until it verifies
+	// equal to the deployment with at least metas metas.
+	mirrored := func(metas int) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			args := []string{"run", "--nats", out.URL(), "--until-drained", "--listen", "", "--to", mirror}
+			if o, err := exec.Command(repl, args...).CombinedOutput(); err != nil {
+				t.Fatalf("replicator run: %v\n%s", err, o)
+			}
+			o, err := exec.Command(repl, "verify", "--config", config, "--from", "fast", "--to", mirror).CombinedOutput()
+			if m := regexp.MustCompile(`equal: ([0-9]+) metas`).FindSubmatch(o); err == nil && m != nil && string(m[1]) == fmt.Sprint(metas) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the mirror of the tail's stream does not verify equal to the deployment (%d metas):\n%s", metas, o)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	mirrored(6)          // small.acbak: the snapshot
+	write("blobs.acbak") // written while the tail runs
+	mirrored(6 + 5)
 }
