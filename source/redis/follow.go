@@ -49,9 +49,9 @@ type FollowOptions struct {
 // resource moving from Redis into the slow store, or seen twice, is never
 // yielded again as an older or equal meta; one whose current revision the
 // resource store does not hold yet is yielded again, revisions included,
-// at each check until it does. A resource that disappears
-// from both stores (a permanent delete) yields nothing: purges are not
-// followed.
+// at each check until it does. A resource Follow yielded that then
+// disappears from both stores (a permanent delete) yields a PurgeRecord
+// timed when the absence was seen.
 func (s *Source) Follow(ctx context.Context, o FollowOptions, fn func(base.Record) error) error {
 	if o.Rescan <= 0 {
 		o.Rescan = DefaultRescan
@@ -114,18 +114,29 @@ type follower struct {
 	blobs map[string]bool   // file ids already yielded
 }
 
-// scan checks every resource of both meta stores.
+// scan checks every resource of both meta stores, then those yielded
+// before that neither lists any more (purged, unless a check finds them).
 func (f *follower) scan(ctx context.Context) error {
 	models, err := f.d.Models(ctx)
 	if err != nil {
 		return fmt.Errorf("source %s: %w", f.d.name, err)
 	}
+	listed := map[string]bool{}
 	for _, model := range models {
 		ids, err := f.d.ResourceIDs(ctx, model)
 		if err != nil {
 			return fmt.Errorf("source %s: model %q: %w", f.d.name, model, err)
 		}
 		for _, id := range ids {
+			listed[model+"\x00"+id] = true
+			if err := f.check(ctx, model, id); err != nil {
+				return err
+			}
+		}
+	}
+	for k := range f.last {
+		if !listed[k] {
+			model, id, _ := strings.Cut(k, "\x00")
 			if err := f.check(ctx, model, id); err != nil {
 				return err
 			}
@@ -136,8 +147,18 @@ func (f *follower) scan(ctx context.Context) error {
 
 // check yields one resource if its meta is newer than the last yielded.
 func (f *follower) check(ctx context.Context, model, rid string) error {
+	k := model + "\x00" + rid
 	meta, err := f.d.Meta(ctx, model, rid)
 	if errors.Is(err, fs.ErrNotExist) {
+		if _, yielded := f.last[k]; !yielded {
+			return nil
+		}
+		// Found in neither store (Redis read first, so not a move).
+		purge := &events.PurgeRecord{ResourceID: rid, PurgedTime: events.Time{Time: time.Now().UTC()}}
+		if err := f.fn(base.Record{Model: model, Record: purge, Where: "redis meta " + rid + " (gone)"}); err != nil {
+			return err
+		}
+		delete(f.last, k)
 		return nil
 	}
 	if err != nil {
@@ -147,7 +168,6 @@ func (f *follower) check(ctx context.Context, model, rid string) error {
 	if err != nil {
 		return err
 	}
-	k := model + "\x00" + rid
 	if prev, ok := f.last[k]; ok {
 		old, err := events.DecodeResourceMeta(events.Msgpack, prev)
 		if err == nil && !Newer(meta, old) {

@@ -14,7 +14,7 @@ import (
 // TestFollow: a meta written after Follow started is yielded within a
 // second, by keyspace notification (the rescan is an hour away) or, with
 // notifications off, by the rescan; an older meta written afterwards is
-// never yielded.
+// never yielded; a deleted key yields a purge.
 func TestFollow(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -29,11 +29,18 @@ func TestFollow(t *testing.T) {
 			if _, err := st.Put(ctx, "issue", meta(t, "a", 1)); err != nil {
 				t.Fatal(err)
 			}
-			got := make(chan int64, 16)
+			got := make(chan int64, 16) // a meta's version; -1 for a purge
 			fctx, cancel := context.WithCancel(ctx)
 			done := make(chan error, 1)
 			go func() {
 				done <- (&redis.Source{Meta: u}).Follow(fctx, tc.o, func(r base.Record) error {
+					if p, ok := r.Record.(*events.PurgeRecord); ok {
+						if p.ResourceID != "a" {
+							t.Errorf("purge of %q, want a", p.ResourceID)
+						}
+						got <- -1
+						return nil
+					}
 					m, err := r.Record.(*events.MetaRecord).Meta()
 					if err == nil {
 						got <- m.TotalRevisionCount
@@ -70,6 +77,10 @@ func TestFollow(t *testing.T) {
 				t.Fatal(err)
 			}
 			expect(1) // b; a at version 2 was not yielded
+			if err := st.Client().Del(ctx, st.Key("issue", "a")).Err(); err != nil {
+				t.Fatal(err)
+			}
+			expect(-1) // a permanently deleted
 			cancel()
 			if err := <-done; !errors.Is(err, context.Canceled) {
 				t.Fatal(err)
