@@ -10,11 +10,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/specstar/replicator/internal/redistest"
 	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/sink"
+	redissink "github.com/specstar/replicator/sink/redis"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -165,4 +170,122 @@ func TestRedisTail(t *testing.T) {
 	mirrored(6)          // small.acbak: the snapshot
 	write("blobs.acbak") // written while the tail runs
 	mirrored(6 + 5)
+}
+
+// TestFastSlowRoundTrip: a deployment written with its metas in Redis
+// whose metas SpecStar then moved, half of them, into its Postgres meta
+// store (write slow, delete from Redis), exports back (the Redis URL's
+// slow= naming the Postgres store) as the same records as the archive,
+// and a disk mirror of the stream verifies equal to it.
+func TestFastSlowRoundTrip(t *testing.T) {
+	repl := buildBinary(t, "../replicator")
+	ctx := context.Background()
+	archive := testfixtures.Path(t, "blobs.acbak")
+	bus, err := stream.Open(ctx, stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bus.Close)
+	if code, o, errs := runWriter(t, "replay", archive, "--nats", bus.URL()); code != exitOK {
+		t.Fatalf("replay: %d\n%s%s", code, o, errs)
+	}
+	meta := redistest.SinkURL("prefix=" + url.QueryEscape(redistest.Prefix(t)+"{model}:"))
+	root := "disk:" + filepath.Join(t.TempDir(), "deployment")
+	mirror := filepath.Join(t.TempDir(), "mirror")
+	for _, to := range [][]string{{"--meta", meta, "--resources", root, "--blobs", root}, {"--to", mirror}} {
+		args := append([]string{"run", "--nats", bus.URL(), "--until-drained", "--listen", ""}, to...)
+		if o, err := exec.Command(repl, args...).CombinedOutput(); err != nil {
+			t.Fatalf("replicator run: %v\n%s", err, o)
+		}
+	}
+
+	// SpecStar's mover: every other meta goes to the slow store.
+	slowURL := pgTablesOnly(t, "fs") + "&revisions=false"
+	spec, err := redissink.ParseSpec(meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, err := spec.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	slow, err := sink.Open(ctx, slowURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	moved, i := 0, 0
+	for key, err := range fast.Scan(ctx, fast.Options().Pattern("")) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i++; i%2 == 0 {
+			continue
+		}
+		model, rid, _ := fast.ParseKey(key)
+		m, err := fast.Meta(ctx, model, rid)
+		if err == nil {
+			_, err = slow.ApplyMeta(ctx, model, m)
+		}
+		if err == nil {
+			err = slow.Flush(ctx)
+		}
+		if err == nil {
+			err = fast.Client().Del(ctx, key).Err()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		moved++
+	}
+	if moved == 0 || moved == i {
+		t.Fatalf("moved %d of %d metas; want some in each store", moved, i)
+	}
+
+	fastslow := meta + "&slow=" + url.QueryEscape(slowURL)
+	exported := filepath.Join(t.TempDir(), "export.acbak")
+	if code, o, errs := runWriter(t, "export", "--from-meta", fastslow, "--from-resources", root, "--from-blobs", root, "--to", exported); code != exitOK {
+		t.Fatalf("export: %d\n%s%s", code, o, errs)
+	}
+	want, got := recordSet(t, archive), recordSet(t, exported)
+	if len(want) == 0 || len(got) != len(want) {
+		t.Fatalf("exported %d distinct records, the archive holds %d", len(got), len(want))
+	}
+	for k := range want {
+		if !got[k] {
+			t.Errorf("a record of the archive is missing from the export (%.60q)", k)
+		}
+	}
+	config := filepath.Join(t.TempDir(), "deploy.yaml")
+	yaml := "deployments:\n  fastslow:\n    meta: '" + fastslow + "'\n    resources: " + root + "\n    blobs: " + root + "\n"
+	if err := os.WriteFile(config, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	verify(t, "the disk mirror against the fast/slow deployment", repl, "--config", config, "--from", "fastslow", "--to", mirror)
+}
+
+// pgTablesOnly is a Postgres URL with a fresh table prefix whose tables
+// are dropped when the test ends.
+func pgTablesOnly(t *testing.T, stem string) string {
+	t.Helper()
+	ctx := context.Background()
+	prefix := fmt.Sprintf("%s_%d_", stem, time.Now().UnixNano()%1_000_000_000)
+	conn, err := pgx.Connect(ctx, pgDSN())
+	if err != nil {
+		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", pgDSN(), err)
+	}
+	t.Cleanup(func() {
+		rows, _ := conn.Query(ctx, "SELECT tablename FROM pg_tables WHERE starts_with(tablename, $1)", prefix)
+		names, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+		for _, n := range names {
+			conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{n}.Sanitize()+" CASCADE")
+		}
+		conn.Close(ctx)
+	})
+	sep := "?"
+	if strings.Contains(pgDSN(), "?") {
+		sep = "&"
+	}
+	return pgDSN() + sep + "table_prefix=" + prefix
 }
