@@ -18,7 +18,7 @@ import (
 )
 
 // openStore opens a Redis meta store under prefix (a fresh one when "").
-func openStore(t *testing.T, prefix string, enc events.Encoding) *redis.Sink {
+func openStore(t testing.TB, prefix string, enc events.Encoding) *redis.Sink {
 	t.Helper()
 	if prefix == "" {
 		prefix = redistest.Prefix(t) + redis.ModelPlaceholder + ":"

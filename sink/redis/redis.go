@@ -303,13 +303,8 @@ func (s *Sink) put(ctx context.Context, model string, meta *events.ResourceMeta,
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return 0, err
 		}
-		if cur != nil {
-			if bytes.Equal(cur, encoded) {
-				return store.Unchanged, nil
-			}
-			if old, err := DecodeMeta(cur); err == nil && CompareMeta(meta, encoded, old, cur) <= 0 {
-				return store.Stale, nil
-			}
+		if out := decidePut(meta, encoded, cur); out != store.Written {
+			return out, nil
 		}
 		done, err := s.cas(ctx, key, cur, "set", encoded)
 		if err != nil {
@@ -320,6 +315,34 @@ func (s *Sink) put(ctx context.Context, model string, meta *events.ResourceMeta,
 		}
 	}
 	return 0, fmt.Errorf("%s: meta %q: changed by other writers %d times in a row", s.addr, key, maxCASAttempts)
+}
+
+// decidePut says whether meta (encoded) replaces cur (nil: absent):
+// Written if it does, else Unchanged or Stale.
+func decidePut(meta *events.ResourceMeta, encoded, cur []byte) store.Outcome {
+	if cur == nil {
+		return store.Written
+	}
+	if bytes.Equal(cur, encoded) {
+		return store.Unchanged
+	}
+	if old, err := DecodeMeta(cur); err == nil && CompareMeta(meta, encoded, old, cur) <= 0 {
+		return store.Stale
+	}
+	return store.Written // newer, or cur is broken
+}
+
+// decidePurge says whether a purge at purgedAt deletes cur (nil:
+// absent): Written if it does, Unchanged if there is nothing, Stale if
+// cur was updated after the purge.
+func decidePurge(cur []byte, purgedAt events.Time) store.Outcome {
+	if cur == nil {
+		return store.Unchanged
+	}
+	if old, err := DecodeMeta(cur); err == nil && old.UpdatedTime.Instant().After(purgedAt.Instant()) {
+		return store.Stale
+	}
+	return store.Written
 }
 
 // cas runs casScript: op ("set" to value, or "del") on key if it still
@@ -397,8 +420,8 @@ func (s *Sink) Purge(ctx context.Context, model, resourceID string, purgedAt eve
 		if err != nil {
 			return 0, err
 		}
-		if old, err := DecodeMeta(cur); err == nil && old.UpdatedTime.Instant().After(purgedAt.Instant()) {
-			return store.Stale, nil
+		if out := decidePurge(cur, purgedAt); out != store.Written {
+			return out, nil
 		}
 		done, err := s.cas(ctx, key, cur, "del", nil)
 		if err != nil {
@@ -413,14 +436,52 @@ func (s *Sink) Purge(ctx context.Context, model, resourceID string, purgedAt eve
 
 // Flush writes the queued metas and purges in Apply order (each as Put or
 // Purge does); when it returns they are in Redis, as durable as the
-// server's persistence settings make them. On an error the writes not
-// done stay queued for the next Flush.
+// server's persistence settings make them. On an error the whole batch
+// stays queued for the next Flush (writing it again changes nothing that
+// was written). Keys written once in the batch, the common case, cost one
+// MGET and one pipeline of compare-and-sets per chunk; a key written
+// several times, or whose compare-and-set lost a race, is written one
+// write at a time.
 func (s *Sink) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	queue := s.queue
 	s.queue = nil
 	s.mu.Unlock()
-	for i, w := range queue {
+	if err := s.flush(ctx, queue); err != nil {
+		s.mu.Lock()
+		s.queue = append(queue[:len(queue):len(queue)], s.queue...)
+		s.mu.Unlock()
+		return err
+	}
+	return ctx.Err()
+}
+
+// flushChunk is how many keys one MGET and one pipeline carry.
+const flushChunk = 512
+
+func (s *Sink) flush(ctx context.Context, queue []write) error {
+	count := map[string]int{}
+	for _, w := range queue {
+		count[s.Key(w.model, w.rid)]++
+	}
+	var single, slow []write
+	for _, w := range queue {
+		if count[s.Key(w.model, w.rid)] == 1 {
+			single = append(single, w)
+		} else {
+			slow = append(slow, w) // in Apply order
+		}
+	}
+	for len(single) > 0 {
+		chunk := single[:min(flushChunk, len(single))]
+		single = single[len(chunk):]
+		lost, err := s.flushOnce(ctx, chunk)
+		if err != nil {
+			return err
+		}
+		slow = append(slow, lost...)
+	}
+	for _, w := range slow {
 		var err error
 		if w.meta != nil {
 			_, err = s.put(ctx, w.model, w.meta, w.encoded)
@@ -428,13 +489,62 @@ func (s *Sink) Flush(ctx context.Context) error {
 			_, err = s.Purge(ctx, w.model, w.rid, w.purgedAt)
 		}
 		if err != nil {
-			s.mu.Lock()
-			s.queue = append(queue[i:len(queue):len(queue)], s.queue...)
-			s.mu.Unlock()
 			return err
 		}
 	}
-	return ctx.Err()
+	return nil
+}
+
+// flushOnce writes writes of distinct keys with one MGET and one pipeline
+// of compare-and-sets, and returns those whose key changed in between.
+func (s *Sink) flushOnce(ctx context.Context, writes []write) (lost []write, err error) {
+	keys := make([]string, len(writes))
+	for i, w := range writes {
+		keys[i] = s.Key(w.model, w.rid)
+	}
+	vals, err := s.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("%s: mget %d keys: %w", s.addr, len(keys), err)
+	}
+	pipe := s.rdb.Pipeline()
+	var cmds []*goredis.Cmd
+	var sent []write
+	for i, w := range writes {
+		var cur []byte
+		present := "0"
+		if v, ok := vals[i].(string); ok {
+			cur, present = []byte(v), "1"
+		}
+		op, value := "set", w.encoded
+		if w.meta != nil {
+			if decidePut(w.meta, w.encoded, cur) != store.Written {
+				continue
+			}
+		} else {
+			if decidePurge(cur, w.purgedAt) != store.Written {
+				continue
+			}
+			op, value = "del", nil
+		}
+		cmds = append(cmds, casScript.EvalSha(ctx, pipe, []string{keys[i]}, present, cur, op, value))
+		sent = append(sent, w)
+	}
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	_, _ = pipe.Exec(ctx) // each command's error is read below
+	for i, c := range cmds {
+		n, err := c.Int()
+		switch {
+		case err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT"):
+			lost = append(lost, sent[i]) // the script is loaded by the one-at-a-time path
+		case err != nil:
+			return nil, fmt.Errorf("%s: write %q: %w", s.addr, s.Key(sent[i].model, sent[i].rid), err)
+		case n == 0:
+			lost = append(lost, sent[i])
+		}
+	}
+	return lost, nil
 }
 
 // Close closes the connection pool.

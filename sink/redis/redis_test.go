@@ -106,9 +106,16 @@ func TestReadsEitherEncoding(t *testing.T) {
 
 // TestConcurrentWriters races writers putting metas of one resource in
 // opposite orders (each through its own connection, as two replicator
-// processes flushing would): the newest meta must be what stays, every
-// time.
+// processes flushing would), by Put (one write at a time) and by
+// ApplyMeta and Flush (the pipelined batch): the newest meta must be
+// what stays, every time.
 func TestConcurrentWriters(t *testing.T) {
+	for _, mode := range []string{"put", "flush"} {
+		t.Run(mode, func(t *testing.T) { concurrentWriters(t, mode) })
+	}
+}
+
+func concurrentWriters(t *testing.T, mode string) {
 	prefix := redistest.Prefix(t) + redis.ModelPlaceholder + ":"
 	const metas, writers, rounds = 20, 4, 10
 	for round := range rounds {
@@ -129,7 +136,16 @@ func TestConcurrentWriters(t *testing.T) {
 					if w%2 == 1 {
 						m = all[metas-1-i] // newest first
 					}
-					if _, err := st.Put(ctx, "issue", m); err != nil {
+					var err error
+					if mode == "put" {
+						_, err = st.Put(ctx, "issue", m)
+					} else if _, err = st.ApplyMeta(ctx, "issue", m); err == nil && (w < 2 || i%3 == 2 || i == metas-1) {
+						// Writers 0 and 1 flush each meta (the pipelined
+						// path), 2 and 3 three of one key at a time (one
+						// write at a time).
+						err = st.Flush(ctx)
+					}
+					if err != nil {
 						errs <- err
 						return
 					}
