@@ -121,6 +121,8 @@ func lookedFor(from string) string {
 		return "meta tables named by meta_table= (default {model}_meta, after table_prefix=) in " + source.Redact(from)
 	case "s3":
 		return "revisions under the resource store's prefix " + source.Redact(from)
+	case "redis", "rediss":
+		return "keys {prefix}resource_meta:* (and the slow= store's metas) in " + source.Redact(from)
 	case "file":
 		return "ModelStart frames in the archive, or {model}/meta and {model}/meta.db in the directory " + from
 	}

@@ -412,3 +412,23 @@ func FuzzParseKey(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseSpec: any URL either parses or is refused with an error that
+// does not show its password; never a panic.
+func FuzzParseSpec(f *testing.F) {
+	for _, s := range []string{
+		"redis://127.0.0.1:6379/0", "redis://:pw@h/1?prefix={model}:&encoding=msgpack",
+		"rediss://u:pw@h:1/2?models=a&prefix=x:", "redis://h/0?slow=postgres://x", "redis://:Sekr1t@h/0?encoding=yaml", "redis://[::1]:6379/0", "redis://h/99999999999",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		s, err := redis.ParseSpec(raw)
+		if err == nil && (s.Client == nil || s.Name == "") {
+			t.Fatalf("%q parsed without a client or consumer name", raw)
+		}
+		if err != nil && strings.Contains(raw, ":Sekr1t@") && strings.Contains(err.Error(), "Sekr1t") {
+			t.Fatalf("%q: error shows the password: %v", raw, err)
+		}
+	})
+}

@@ -53,6 +53,9 @@ func ParseSpec(raw string) (*Spec, error) {
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
 		return nil, fmt.Errorf("scheme %q is not redis or rediss", u.Scheme)
 	}
+	if u.Host == "" || u.Opaque != "" {
+		return nil, fmt.Errorf("no server: want redis://[:password@]host:port/db")
+	}
 	s := &Spec{Options: Options{Prefix: DefaultPrefix, Encoding: events.JSON}}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
