@@ -10,6 +10,7 @@ import (
 	"github.com/specstar/replicator/sink/disk"
 	"github.com/specstar/replicator/sink/layered"
 	"github.com/specstar/replicator/sink/postgres"
+	"github.com/specstar/replicator/sink/redis"
 	"github.com/specstar/replicator/sink/s3"
 )
 
@@ -37,6 +38,7 @@ func backends() []backend {
 	return []backend{
 		{"postgres", []string{"postgres://", "postgresql://"}, redact.URL, parseWith(postgres.ParseSpec), openWith((*postgres.Spec).Open), nil},
 		{"s3", []string{"s3://"}, redact.URL, parseWith(s3.ParseSpec), openS3, nil},
+		{"redis", []string{"redis://", "rediss://"}, redact.URL, parseWith(redis.ParseSpec), openWith((*redis.Spec).Open), nil},
 		{"disk", []string{"disk:"}, same, parseWith(disk.ParseSpec), openWith((*disk.Spec).Open), openWith((*disk.Spec).OpenReadOnly)},
 	}
 }
@@ -90,7 +92,7 @@ type Spec struct {
 	// Raw is the sink for messages and logs: its URL with any password
 	// hidden, or the deployment.
 	Raw string
-	// Kind is "disk", "postgres", "s3" or "deployment".
+	// Kind is "disk", "postgres", "s3", "redis" or "deployment".
 	Kind string
 	// Name is the durable consumer name, stable for one destination.
 	Name string
@@ -103,7 +105,8 @@ type Spec struct {
 }
 
 // Parse reads a sink URL: "disk:/path" or a plain path (see disk.ParseSpec),
-// postgres:// (see postgres.ParseSpec) or s3:// (see s3.ParseSpec).
+// postgres:// (see postgres.ParseSpec), s3:// (see s3.ParseSpec) or
+// redis:// (a Redis meta store, see redis.ParseSpec).
 func Parse(raw string) (*Spec, error) {
 	bes := backends()
 	be := &bes[len(bes)-1] // a plain path
@@ -116,7 +119,7 @@ func Parse(raw string) (*Spec, error) {
 	}
 	if be.kind == "disk" && !strings.HasPrefix(raw, "disk:") && strings.Contains(raw, "://") {
 		scheme, _, _ := strings.Cut(raw, "://")
-		return nil, fmt.Errorf("sink %q: %s sinks are not available (disk:/path, postgres:// and s3:// are)", raw, scheme)
+		return nil, fmt.Errorf("sink %q: %s sinks are not available (disk:/path, postgres://, s3:// and redis:// are)", raw, scheme)
 	}
 	s := &Spec{Raw: be.display(raw), Kind: be.kind, be: be}
 	bs, err := be.parse(raw)
@@ -209,4 +212,8 @@ func (s *Spec) Holds() (revisions, blobs bool) {
 	return s.spec.Holds()
 }
 
-var _ Sink = (*layered.Sink)(nil)
+var (
+	_ Sink   = (*layered.Sink)(nil)
+	_ Reader = (*redis.Sink)(nil)
+	_ Lister = (*redis.Sink)(nil)
+)

@@ -7,9 +7,11 @@ import (
 	"strings"
 
 	"github.com/specstar/replicator/acbak"
+	redissink "github.com/specstar/replicator/sink/redis"
 	"github.com/specstar/replicator/source/archive"
 	"github.com/specstar/replicator/source/disk"
 	"github.com/specstar/replicator/source/postgres"
+	"github.com/specstar/replicator/source/redis"
 	"github.com/specstar/replicator/source/s3"
 )
 
@@ -19,14 +21,16 @@ import (
 type Spec struct {
 	// From is the source: an .acbak archive (a path, or a file:// URL),
 	// a SpecStar disk tree (a directory, or disk:/path), a deployment's
-	// Postgres meta store (postgres://...), an S3 resource store
+	// Postgres meta store (postgres://...), its Redis meta store
+	// (redis://..., with slow= for a fast/slow one), an S3 resource store
 	// (s3://...) or SpecStar's all-S3 factory (s3://...?factory=s3).
 	From string
 	// Name names the source in errors ("" = From, password hidden).
 	Name string
 	// Resources is the resource store when not in From: for a postgres://
 	// From, From itself (revisions read from Postgres), another Postgres
-	// (not read), an s3:// URL, or "" (From's revisions= option decides).
+	// (not read), an s3:// URL, or "" (From's revisions= option decides);
+	// for a redis:// From, a disk tree or an s3:// URL.
 	Resources string
 	// Blobs is the blob store: for a postgres:// From, its presence makes
 	// the source yield a BlobRefRecord per blob a payload references; for
@@ -55,6 +59,8 @@ func backend(scheme string) (opener, bool) {
 		return openPostgres, true
 	case "s3":
 		return openS3, true
+	case "redis", "rediss":
+		return openRedis, true
 	}
 	return nil, false
 }
@@ -88,7 +94,7 @@ func Open(spec Spec) (Source, error) {
 	}
 	open, ok := backend(scheme)
 	if !ok {
-		return nil, fmt.Errorf("source %s: unknown kind of source %q (want an archive path, a disk directory, postgres:// or s3://)", spec.Name, scheme)
+		return nil, fmt.Errorf("source %s: unknown kind of source %q (want an archive path, a disk directory, postgres://, redis:// or s3://)", spec.Name, scheme)
 	}
 	return open(spec)
 }
@@ -145,4 +151,15 @@ func openS3(spec Spec) (Source, error) {
 		return &s3.Factory{URL: spec.From}, nil
 	}
 	return &s3.Source{Resources: spec.From, Blobs: spec.Blobs}, nil
+}
+
+func openRedis(spec Spec) (Source, error) {
+	fast, _, err := redis.ParseURL(spec.From)
+	if err == nil {
+		_, err = redissink.ParseSpec(fast)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("source %s: %w", spec.Name, err)
+	}
+	return &redis.Source{Name: spec.Name, Meta: spec.From, Resources: strings.TrimPrefix(spec.Resources, "file://")}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/specstar/replicator/source/archive"
 	"github.com/specstar/replicator/source/disk"
 	"github.com/specstar/replicator/source/postgres"
+	"github.com/specstar/replicator/source/redis"
 	"github.com/specstar/replicator/source/s3"
 )
 
@@ -27,6 +28,8 @@ func TestOpenDispatch(t *testing.T) {
 		{from: "postgres://u:secret@h/db?table_prefix=p_", want: &postgres.DeploymentSource{}},
 		{from: "postgresql://h/db", want: &postgres.DeploymentSource{}},
 		{from: "s3://bucket/{model}/data/", want: &s3.Source{}},
+		{from: "redis://:secret@h:6379/0?prefix={model}:", want: &redis.Source{}},
+		{from: "redis://:secret@h:6379/0?encoding=yaml", wantErr: "yaml"},
 		{from: "disk:/var/lib/specstar", want: &disk.Source{}},
 		{from: t.TempDir(), want: &disk.Source{}}, // a directory is a disk tree
 		{from: "ftp://h/x", wantErr: `unknown kind of source "ftp"`},
@@ -60,6 +63,8 @@ func typeName(v any) string {
 		return "s3"
 	case *disk.Source:
 		return "disk"
+	case *redis.Source:
+		return "redis"
 	}
 	return "other"
 }

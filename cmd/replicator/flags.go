@@ -172,7 +172,7 @@ type sourceArgs struct {
 
 func (a *sourceArgs) register(fs *flag.FlagSet, stderr io.Writer) {
 	fs.StringVar(&a.from, "from", "", "what is read: an .acbak archive, disk:/path, postgres://..., s3://..., or a deployment of --config")
-	fs.StringVar(&a.layers.Meta, "from-meta", "", "the source's meta store, when given layer by layer: disk:/path or postgres://...")
+	fs.StringVar(&a.layers.Meta, "from-meta", "", "the source's meta store, when given layer by layer: disk:/path, postgres://... or redis://...[&slow=URL]")
 	fs.StringVar(&a.layers.Resources, "from-resources", "", "the source's resource store when not in its meta store: s3://bucket/{model}/data/?endpoint=...")
 	fs.StringVar(&a.layers.Blobs, "from-blobs", "", "the source's blob store (s3://... or disk:/path): blobs its payloads reference are read there")
 	fs.BoolVar(&a.lenient, "lenient", false, "read an archive leniently (see writer verify)")

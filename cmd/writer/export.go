@@ -124,6 +124,8 @@ func lookedFor(from string) string {
 			return "{model}/meta.db below the factory's prefix " + source.Redact(from)
 		}
 		return "revisions under the resource store's prefix " + source.Redact(from)
+	case "redis", "rediss":
+		return "keys {prefix}resource_meta:* (and the slow= store's metas) in " + source.Redact(from)
 	case "file":
 		return "ModelStart frames in the archive, or {model}/meta and {model}/meta.db in the directory " + from
 	}

@@ -25,7 +25,7 @@ type sourceFlags struct {
 
 func (s *sourceFlags) register(fs *flag.FlagSet, stderr io.Writer) {
 	fs.StringVar(&s.from, "from", "", "what is read: an .acbak archive, disk:/path, postgres://...?table_prefix=&revisions=true&blobs=DIR, s3://..., or a deployment of --config")
-	fs.StringVar(&s.layers.Meta, "from-meta", "", "the source's meta store, when given layer by layer: postgres://... or disk:/path")
+	fs.StringVar(&s.layers.Meta, "from-meta", "", "the source's meta store, when given layer by layer: postgres://..., redis://...[&slow=URL] or disk:/path")
 	fs.StringVar(&s.layers.Resources, "from-resources", "", "the source's resource store when not in its meta store: s3://bucket[/prefix]?endpoint=&region=&path_style=true "+
 		"(prefix defaults to {model}/data/; credentials from the AWS chain)")
 	fs.StringVar(&s.layers.Blobs, "from-blobs", "", "the source's blob store: s3://bucket[/prefix]?endpoint=... (prefix defaults to blobs/) or a DiskBlobStore "+

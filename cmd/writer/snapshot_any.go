@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/specstar/replicator/internal/cli"
 	"github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/source"
+	"github.com/specstar/replicator/source/export"
 	"github.com/specstar/replicator/source/publish"
 	"github.com/specstar/replicator/stream"
 )
@@ -49,7 +51,18 @@ func snapshotAny(ctx context.Context, f *pgFlags, fs *flag.FlagSet, asJSON bool,
 	defer bus.Close()
 	start := time.Now()
 	var meter *progress.Meter
-	pub := publish.NewPublisher(bus, f.inflight, nil, log, meterHooks(&meter))
+	var blobs publish.BlobOpener
+	if source.Scheme(spec.From) == "redis" && strings.HasPrefix(spec.Blobs, "s3://") {
+		// A Redis source over S3 yields blob references: the publisher
+		// reads them with the revisions that reference them.
+		b, closeBlobs, err := export.OpenBlobs(ctx, spec)
+		if err != nil {
+			return snapshotCmd.Errorf(stderr, exitError, "%v", err), true
+		}
+		defer closeBlobs()
+		blobs = b
+	}
+	pub := publish.NewPublisher(bus, f.inflight, blobs, log, meterHooks(&meter))
 	meter = progress.New("snapshot "+spec.Name, 0, log)
 	st, err := pub.Records(ctx, src)
 	meter.Stop(err)

@@ -1,26 +1,33 @@
 package main
 
-// writer tail: a snapshot, then every change of a Postgres deployment,
-// published until interrupted.
+// writer tail: a snapshot, then every change of a Postgres or Redis
+// deployment, published until interrupted.
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
+	"time"
 
 	"github.com/specstar/replicator/internal/cli"
+	"github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/internal/httpops"
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/source"
+	"github.com/specstar/replicator/source/export"
 	"github.com/specstar/replicator/source/postgres"
 	"github.com/specstar/replicator/source/publish"
+	"github.com/specstar/replicator/source/redis"
+	"github.com/specstar/replicator/stream"
 )
 
 var tailCmd = &cli.Command{
 	Name:  "writer tail",
-	Usage: "writer tail --from postgres://...|s3://...?factory=s3|NAME [--from-resources ...] [--from-blobs ...] [--mode auto|logical|poll] [--nats URL]",
+	Usage: "writer tail --from postgres://...|s3://...?factory=s3|redis://...|NAME [--from-resources ...] [--from-blobs ...] [--mode auto|logical|poll] [--nats URL]",
 	Summary: `Publish a snapshot if none was completed, then every change as it
 happens until interrupted: by logical replication (a slot and a
 publication, created if missing) where wal_level=logical and the user may
@@ -30,12 +37,16 @@ An all-S3 factory is published whole, then its meta.db files are polled
 every --interval: a changed file publishes its new or newer metas with
 their new revisions and blobs, and a purge for each meta gone (no stored
 position: a restart publishes everything again, which the stream
-de-duplicates).`,
+de-duplicates).
+A Redis (or fast/slow, slow= in its URL) meta store is followed by
+keyspace notifications and a rescan every --interval (default 5s); it
+keeps no position, so each start publishes the snapshot again.`,
 	Examples: []string{
 		"writer tail --from postgres://specstar@db/app --nats nats://nats:4222",
 		"writer tail --from postgres://db/app --mode poll --listen 127.0.0.1:9470",
 		"writer tail --from postgres://db/app --drop-slot",
 		"writer tail --from 's3://specstar/app/?factory=s3&region=eu-west-1' --interval 5s",
+		"writer tail --from-meta 'redis://redis:6379/0?prefix={model}:' --from-resources disk:/srv/specstar",
 	},
 }
 
@@ -63,6 +74,9 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 		return tailCmd.Usagef(stderr, "unexpected arguments %q", pos)
 	}
 	if code, done := tailFactory(ctx, &f, fs, o.Interval, stdout, stderr, log); done {
+		return code
+	}
+	if code, done := tailRedis(ctx, &f, fs, *listen, o.Interval, stdout, stderr, log); done {
 		return code
 	}
 	if err := f.src.postgres(fs); err != nil {
@@ -101,4 +115,64 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	}
 	fmt.Fprintf(stdout, "tail of %s (%s) stopped: %d events published\n", source.Redact(f.src.from), mode, p.Events())
 	return exitOK
+}
+
+// tailRedis is writer tail of a deployment whose meta store is Redis;
+// done is false for any other, which cmdTail follows as a Postgres one.
+// interval is the rescan period when --interval was given.
+func tailRedis(ctx context.Context, f *pgFlags, fs *flag.FlagSet, listen string, interval time.Duration, stdout, stderr io.Writer, log *slog.Logger) (code int, done bool) {
+	cfg, err := f.src.config(fs)
+	if err != nil {
+		return tailCmd.Usagef(stderr, "%v", err), true
+	}
+	spec, err := deployment.SourceSpec(cfg, f.src.from, f.src.layers, source.Spec{})
+	if err != nil || deployment.Scheme(spec.From) != "redis" {
+		return 0, false // let the Postgres path say what is wrong
+	}
+	src, err := source.Open(spec)
+	if err != nil {
+		return tailCmd.Usagef(stderr, "%v", err), true
+	}
+	rs, ok := src.(*redis.Source)
+	if !ok {
+		return tailCmd.Errorf(stderr, exitError, "%s: not a Redis source", spec.Name), true
+	}
+	o := redis.FollowOptions{Log: log}
+	if given(fs, "interval") {
+		o.Rescan = interval
+	}
+	var blobs export.BlobOpener
+	if stores := spec.Blobs; strings.HasPrefix(stores, "s3://") {
+		b, closeBlobs, err := export.OpenBlobs(ctx, spec)
+		if err != nil {
+			return tailCmd.Errorf(stderr, exitError, "%v", err), true
+		}
+		defer closeBlobs()
+		blobs = b
+	}
+	bus, err := stream.Open(ctx, givenIn(fs, f.cfg), log)
+	if err != nil {
+		return tailCmd.Errorf(stderr, exitError, "%v", err), true
+	}
+	defer bus.Close()
+	var meter *progress.Meter
+	m := newTailMetrics()
+	pub := publish.NewPublisher(bus, f.inflight, blobs, log, m.hooks(&meter))
+	meter = progress.New("tail "+spec.Name, 0, log)
+	defer meter.Done()
+	if err := httpops.Serve(ctx, listen, m.reg, func() bool { return m.streaming.Load() && bus.Connected() }, log); err != nil {
+		return tailCmd.Errorf(stderr, exitError, "--listen %s: %v (give each process its own --listen ADDR, or --listen '' for none)", listen, err), true
+	}
+	if err := pub.TailRedis(ctx, rs, o); err != nil && !errors.Is(err, context.Canceled) {
+		return tailCmd.Errorf(stderr, exitError, "%s: %v", spec.Name, err), true
+	}
+	fmt.Fprintf(stdout, "tail of %s (redis) stopped: %d events published\n", spec.Name, pub.Events())
+	return exitOK, true
+}
+
+// given reports whether flag name was set on the command line.
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -220,7 +220,7 @@ type Flags struct {
 // says what the deployment is for ("source", "sink").
 func (f *Flags) Register(fs *flag.FlagSet, what string) {
 	fs.StringVar(&f.Config, "config", os.Getenv("SPECSTAR_CONFIG"), "YAML file with named deployments and nats settings (default $SPECSTAR_CONFIG)")
-	fs.StringVar(&f.Meta, "meta", "", what+" deployment's meta store: disk:/path or postgres://...")
+	fs.StringVar(&f.Meta, "meta", "", what+" deployment's meta store: disk:/path, postgres://... or redis://host:port/db?prefix={model}:")
 	fs.StringVar(&f.Resources, "resources", "", what+" deployment's resource store: disk:/path, postgres://... or s3://bucket/{model}/data/?endpoint=...")
 	fs.StringVar(&f.Blobs, "blobs", "", what+" deployment's blob store: disk:/path or s3://bucket/blobs/?endpoint=...")
 }

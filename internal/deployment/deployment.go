@@ -38,8 +38,9 @@ type Deployment struct {
 	Blobs     string `json:"blobs,omitempty"`
 }
 
-// Scheme is the kind of store a URL names: "disk", "postgres", "s3", or
-// "s3 factory" for SpecStar's all-S3 factory (s3://...?factory=s3).
+// Scheme is the kind of store a URL names: "disk", "postgres", "s3",
+// "redis", or "s3 factory" for SpecStar's all-S3 factory
+// (s3://...?factory=s3).
 func Scheme(raw string) string {
 	switch {
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
@@ -48,6 +49,8 @@ func Scheme(raw string) string {
 		return S3Factory
 	case strings.HasPrefix(raw, "s3://"):
 		return "s3"
+	case strings.HasPrefix(raw, "redis://"), strings.HasPrefix(raw, "rediss://"):
+		return "redis"
 	case strings.HasPrefix(raw, "disk:"), !strings.Contains(raw, "://"):
 		return "disk"
 	}
@@ -60,13 +63,14 @@ func Scheme(raw string) string {
 const S3Factory = "s3 factory"
 
 // layersOf says which layers each kind of store can hold, as SpecStar's
-// factories use them: there is no Postgres blob store, and S3 holds metas
-// only as the all-S3 factory's meta.db files.
+// factories use them: there is no Postgres blob store, S3 holds metas
+// only as the all-S3 factory's meta.db files, and Redis holds metas only.
 var layersOf = map[string][]Layer{
 	"disk":     {MetaLayer, ResourcesLayer, BlobsLayer},
 	"postgres": {MetaLayer, ResourcesLayer},
 	"s3":       {ResourcesLayer, BlobsLayer},
 	S3Factory:  {MetaLayer, ResourcesLayer, BlobsLayer},
+	"redis":    {MetaLayer},
 }
 
 // Resolved returns the deployment with URL spread over the layers it can
@@ -76,7 +80,7 @@ func (d Deployment) Resolved() (Deployment, error) {
 	if d.URL != "" {
 		kinds, ok := layersOf[Scheme(d.URL)]
 		if !ok {
-			return out, fmt.Errorf("deployment %s: url %q: unknown store (want disk:/path, postgres:// or s3://)", d.label(), d.URL)
+			return out, fmt.Errorf("deployment %s: url %q: unknown store (want disk:/path, postgres://, s3:// or redis://)", d.label(), d.URL)
 		}
 		for _, l := range kinds {
 			if p := out.layer(l); *p == "" {
@@ -95,7 +99,7 @@ func (d Deployment) Resolved() (Deployment, error) {
 		}
 		kinds, ok := layersOf[Scheme(raw)]
 		if !ok {
-			return out, fmt.Errorf("deployment %s: %s %q: unknown store (want disk:/path, postgres:// or s3://)", d.label(), l, raw)
+			return out, fmt.Errorf("deployment %s: %s %q: unknown store (want disk:/path, postgres://, s3:// or redis://)", d.label(), l, raw)
 		}
 		if !contains(kinds, l) {
 			return out, fmt.Errorf("deployment %s: %s %q: a %s store cannot hold %s (SpecStar has %s)", d.label(), l, raw, Scheme(raw), l, kindsFor(l))
@@ -161,7 +165,7 @@ func (d Deployment) label() string {
 
 func kindsFor(l Layer) string {
 	var out []string
-	for _, k := range []string{"disk", "postgres", "s3", S3Factory} {
+	for _, k := range []string{"disk", "postgres", "s3", S3Factory, "redis"} {
 		if contains(layersOf[k], l) {
 			out = append(out, k)
 		}

@@ -30,6 +30,10 @@ func TestResolved(t *testing.T) {
 			want: Deployment{Meta: "s3://b/app/?factory=s3", Resources: "s3://b/app/?factory=s3", Blobs: "s3://b/app/?factory=s3"}},
 		{name: "the all-S3 factory's metas beside another blob store", in: Deployment{URL: "s3://b/?factory=s3", Blobs: "disk:/blobs"},
 			want: Deployment{Meta: "s3://b/?factory=s3", Resources: "s3://b/?factory=s3", Blobs: "disk:/blobs"}},
+		{name: "redis metas, disk resources and blobs", in: Deployment{Meta: "redis://h:6379/0?prefix={model}:", Resources: "disk:/r", Blobs: "disk:/r"},
+			want: Deployment{Meta: "redis://h:6379/0?prefix={model}:", Resources: "disk:/r", Blobs: "disk:/r"}},
+		{name: "redis url serves metas only", in: Deployment{URL: "redis://h/0"}, want: Deployment{Meta: "redis://h/0"}},
+		{name: "redis cannot hold revisions", in: Deployment{Meta: "redis://h/0", Resources: "redis://h/0"}, wantErr: "cannot hold resources"},
 		{name: "postgres cannot hold blobs", in: Deployment{Meta: "postgres://h/db", Blobs: "postgres://h/db"}, wantErr: "cannot hold blobs"},
 		{name: "unknown scheme", in: Deployment{URL: "gs://b/"}, wantErr: "unknown store"},
 		{name: "empty", in: Deployment{}, wantErr: "no store given"},
@@ -122,6 +126,7 @@ deployments:
 		{"unknown nats key", "nats:\n  sream: X\n", "nats.sream"},
 		{"unknown deployment key", "deployments:\n  a:\n    metas: disk:/x\n", "metas"},
 		{"s3 meta", "deployments:\n  a:\n    meta: s3://b/\n", `deployment "a": meta`},
+		{"redis blobs", "deployments:\n  a:\n    meta: redis://h/0\n    blobs: redis://h/0\n", `deployment "a": blobs`},
 		{"bad name", "deployments:\n  \"a/b\":\n    url: disk:/x\n", "deployment name"},
 	}
 	for _, b := range bad {

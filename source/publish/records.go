@@ -19,7 +19,9 @@ type RecordStats struct {
 // bytes where the source has them, and its blobs inline or through the
 // object store by size: a snapshot of a source that has no live tail of
 // its own (an archive, a disk deployment). A blob the source references
-// but does not hold is counted as missing and not published.
+// but does not hold is counted as missing and not published, unless the
+// publisher reads a blob store (then the revision referencing it
+// published it).
 func (p *Publisher) Records(ctx context.Context, src source.Source) (RecordStats, error) {
 	var st RecordStats
 	for r, err := range src.Records(ctx) {
@@ -33,7 +35,10 @@ func (p *Publisher) Records(ctx context.Context, src source.Source) (RecordStats
 	return st, p.Flush(ctx)
 }
 
-// record publishes one record a source yielded.
+// record publishes one record a source yielded: blobs the source holds
+// as BlobRecords (inline or through the object store), references as
+// missing unless the publisher reads blobs itself (then the revision that
+// references a blob published it), anything else with its exact bytes.
 func (p *Publisher) record(ctx context.Context, r source.Record, st *RecordStats) error {
 	switch rec := r.Record.(type) {
 	case *events.BlobRecord:
@@ -43,6 +48,9 @@ func (p *Publisher) record(ctx context.Context, r source.Record, st *RecordStats
 		}
 		st.Blobs++
 	case *events.BlobRefRecord:
+		if p.blobs != nil {
+			return nil // published with the revision referencing it
+		}
 		st.Missing++
 		p.log.Warn("a referenced blob the source does not hold is not published", "model", r.Model, "file_id", rec.FileID, "where", r.Where)
 	default:

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"math/rand/v2"
+	"net/url"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/specstar/replicator/internal/redistest"
+	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsize"
+)
+
+// redisMeta is a Redis meta store URL under a fresh key prefix.
+func redisMeta(t *testing.T) string {
+	t.Helper()
+	return redistest.SinkURL("prefix=" + url.QueryEscape(redistest.Prefix(t)+"{model}:"))
+}
+
+// TestRedisCrashAndResume kills a replicator writing a deployment with
+// its metas in Redis and its revisions and blobs on disk (SIGKILL at
+// random points of the drain), restarts it each time, and checks that
+// the deployment then verifies equal to the archive, as a clean run's.
+func TestRedisCrashAndResume(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "replicator")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	archive := filepath.Join(t.TempDir(), "crash.acbak")
+	if err := writeArchive(archive, testsize.Of(120, 1500)); err != nil {
+		t.Fatal(err)
+	}
+	bus := testBus(t)
+	replay(t, bus, archive)
+	meta, root := redisMeta(t), "disk:"+filepath.Join(t.TempDir(), "crashed")+"?sync=batch"
+	dep := []string{"--meta", meta + "&name=crashy", "--resources", root, "--blobs", root}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	kills, wantKills := 0, testsize.Of(2, 4)
+	for i := 0; i < wantKills+2 && kills < wantKills; i++ {
+		cmd := exec.Command(bin, append([]string{"run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--batch", "64", "--ack-wait", "3s"}, dep...)...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("run %d exited: %v", i, err)
+			}
+			continue // finished before the kill
+		case <-time.After(time.Duration(100+rng.IntN(400)) * time.Millisecond):
+		}
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+		kills++
+	}
+	if kills == 0 {
+		t.Fatal("the replicator always finished before it could be killed; enlarge the archive")
+	}
+	if code, out, errs := runCmd(t, append([]string{"run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--ack-wait", "3s"}, dep...)...); code != exitOK {
+		t.Fatalf("final run: %d\n%s%s", code, out, errs)
+	}
+	code, out, errs := runCmd(t, append([]string{"verify", "--from", archive}, dep...)...)
+	if code != exitOK || !regexp.MustCompile(`equal: [1-9][0-9]* metas`).MatchString(out) {
+		t.Fatalf("verify after %d kills: exit %d\n%s%s", kills, code, out, errs)
+	}
+	t.Logf("killed %d times; %s", kills, strings.TrimSpace(out))
+}
+
+// TestRedisSecretsNeverShow: the password of a redis:// URL shows neither
+// in what run, status and verify print nor in the stream's consumers.
+// The test server's default user has no password, so it accepts any.
+func TestRedisSecretsNeverShow(t *testing.T) {
+	const secret = "Sekr1tPw"
+	u, err := url.Parse(redisMeta(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword("", secret)
+	meta := u.String()
+	bus := testBus(t)
+	replay(t, bus, testfixtures.Path(t, "small.acbak"))
+	var all string
+	for _, args := range [][]string{
+		{"run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", meta},
+		{"status", "--nats", bus.URL()},
+		{"status", "--nats", bus.URL(), "--json"},
+		{"verify", "--from", testfixtures.Path(t, "small.acbak"), "--sink", meta},
+		{"verify", "--from", testfixtures.Path(t, "small.acbak"), "--sink", strings.Replace(meta, "redis://", "redis://%zz", 1)},
+	} {
+		code, out, errs := runCmdWithin(t, 30*time.Second, args...)
+		if args[0] == "run" && code != exitOK {
+			t.Fatalf("run: %d %s %s", code, out, errs)
+		}
+		all += out + errs
+	}
+	for ci := range bus.Stream.ListConsumers(t.Context()).Info() {
+		all += ci.Config.Description + ci.Name
+	}
+	if strings.Contains(all, secret) {
+		t.Fatalf("the password shows:\n%s", all)
+	}
+}
