@@ -69,6 +69,7 @@ func TestConformance(t *testing.T) {
 		var (
 			mu     sync.Mutex
 			places = map[sink.Sink]where{}
+			disks  = map[string]*disk.Sink{} // the open disk store of each root
 		)
 		build := func(t *testing.T, w where) sink.Sink {
 			t.Helper()
@@ -77,7 +78,18 @@ func TestConformance(t *testing.T) {
 			if w.root == "" {
 				w.root = filepath.Join(t.TempDir(), "root")
 			}
+			mu.Lock()
+			if prev := disks[w.root]; prev != nil {
+				// A reopen after a simulated crash: a dead process's disk
+				// writer lock dies with it, so the abandoned disk store
+				// lets go of the tree (its writes are on disk already).
+				prev.Close()
+			}
 			res, err := disk.Open(context.Background(), w.root, disk.Options{})
+			if err == nil {
+				disks[w.root] = res
+			}
+			mu.Unlock()
 			if err != nil {
 				t.Fatal(err)
 			}
