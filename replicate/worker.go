@@ -70,6 +70,11 @@ type Worker struct {
 	lastErrAt time.Time
 
 	applied, bytes, dead atomic.Int64
+
+	// drainTo, set by Pipe, delivers the sequence UntilDrained drains to
+	// once the source is all published; until then Run applies what
+	// arrives.
+	drainTo chan uint64
 }
 
 // NewWorker prepares a worker that feeds snk from bus; Run starts it. The
@@ -175,7 +180,8 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 	}
 	var target uint64
 	var meter *progress.Meter
-	if w.opts.UntilDrained {
+	known := w.drainTo == nil // the drain target is known
+	if w.opts.UntilDrained && known {
 		if target, err = w.drainTarget(ctx); err != nil {
 			return err
 		}
@@ -191,7 +197,14 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if w.opts.UntilDrained {
+		if !known {
+			select {
+			case target = <-w.drainTo:
+				known = true
+			default:
+			}
+		}
+		if w.opts.UntilDrained && known {
 			done, err := w.drained(ctx, cons, target)
 			if err != nil {
 				return err

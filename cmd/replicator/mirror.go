@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -42,6 +43,11 @@ type mirrorSummary struct {
 	Warnings     []string `json:"warnings"`
 }
 
+// mirrorAhead is how far (in events) a mirror's replay may run ahead of
+// its sink: it bounds the embedded stream's backlog, and with the
+// duplicate window the message ids the server keeps in memory.
+const mirrorAhead = 8192
+
 func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
 	var verbose bool
 	fs := mirrorCmd.FlagSet(&verbose)
@@ -50,7 +56,7 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	sa.register(fs, "what is written: a directory (SpecStar disk deployment), a sink URL, or a deployment of --config")
 	dataDir := fs.String("data-dir", "", "embedded server's data directory (default: a temporary one, removed afterwards)")
 	lenient := fs.Bool("lenient", false, "accept what SpecStar's loader accepts (see writer verify)")
-	dupWindow := fs.Duration("duplicate-window", time.Hour, "how long the embedded stream drops re-published records by message id (its memory grows with the events in this window)")
+	dupWindow := fs.Duration("duplicate-window", 15*time.Second, "how long the embedded stream drops re-published records by message id (its memory grows with the events in this window; a duplicate after it is applied again, which changes nothing)")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
 	var wc replicate.Config
 	registerConfig(fs, &wc)
@@ -87,24 +93,43 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	}
 	defer bus.Close()
 	st, _ := f.Stat()
-	meter := progress.New("replay "+*from, st.Size(), log)
-	pub := bus.NewPublisher(512)
-	rs, err := srcarchive.Replay(ctx, f, acbak.Options{Size: st.Size(), Lenient: *lenient}, bus.Prefix(), bus.BlobBucket(), pub,
-		func(n int, off int64) { meter.Update(int64(n), off) })
-	if err == nil {
-		err = pub.Flush(ctx)
-	}
-	meter.Update(int64(rs.Frames), rs.Bytes)
-	meter.Stop(err)
-	if err != nil {
-		return mirrorCmd.Errorf(stderr, exitDiffer, "replay %s: %v", *from, err)
-	}
-	wc.UntilDrained = true
-	workers, err := runWorkers(ctx, bus, []*sink.Spec{spec}, wc, nil, log)
+	snk, err := spec.Open(ctx)
 	if err != nil {
 		return mirrorCmd.Errorf(stderr, exitError, "%v", err)
 	}
-	w := summaries([]*sink.Spec{spec}, workers)[0]
+	worker, err := replicate.NewWorker(bus, snk, replicate.Options{Config: wc, Name: spec.Name, Display: spec.Raw, Models: spec.Models, Logger: log})
+	if err != nil {
+		snk.Close()
+		return mirrorCmd.Errorf(stderr, exitError, "%v", err)
+	}
+	// The archive is published while the sink applies it, at most
+	// mirrorAhead events ahead (a sink filtered to some models cannot
+	// pace the others).
+	ahead := mirrorAhead
+	if len(spec.Models) > 0 {
+		ahead = 0
+	}
+	meter := progress.New("mirror "+*from, st.Size(), log)
+	var rs *srcarchive.Stats
+	replayErr, runErr := replicate.Pipe(ctx, worker, bus.NewPublisher(512), ahead, func(ctx context.Context, pub *replicate.Paced) (err error) {
+		rs, err = srcarchive.Replay(ctx, f, acbak.Options{Size: st.Size(), Lenient: *lenient}, bus.Prefix(), bus.BlobBucket(), pub,
+			func(n int, off int64) { meter.Update(int64(n), off) })
+		return err
+	})
+	if rs != nil {
+		meter.Update(int64(rs.Frames), rs.Bytes)
+	}
+	meter.Stop(errors.Join(replayErr, runErr))
+	if err := snk.Close(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("close sink %s: %w", spec.Raw, err)
+	}
+	if replayErr != nil {
+		return mirrorCmd.Errorf(stderr, exitDiffer, "replay %s: %v", *from, replayErr)
+	}
+	if runErr != nil {
+		return mirrorCmd.Errorf(stderr, exitError, "sink %s: %v", spec.Raw, runErr)
+	}
+	w := summaries([]*sink.Spec{spec}, []*replicate.Worker{worker})[0]
 	sum := mirrorSummary{From: *from, To: spec.Where(), Seconds: time.Since(start).Seconds(), Metas: rs.Metas, Revisions: rs.Revisions,
 		Blobs: rs.Blobs, LargeBlobs: rs.LargeBlobs, Applied: w.Applied, DeadLettered: w.DeadLettered, Warnings: []string{}}
 	for _, warn := range rs.Warnings {
