@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/specstar/replicator/acbak"
@@ -48,6 +49,12 @@ type mirrorSummary struct {
 // duplicate window the message ids the server keeps in memory.
 const mirrorAhead = 8192
 
+// mirrorMemory is the mirror's default soft memory limit (see
+// runtime/debug.SetMemoryLimit): the pipeline holds at most mirrorAhead
+// events, so above this the garbage collector runs rather than the heap
+// growing.
+const mirrorMemory = 96 << 20
+
 func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
 	var verbose bool
 	fs := mirrorCmd.FlagSet(&verbose)
@@ -72,6 +79,11 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		return mirrorCmd.Usagef(stderr, "%v", err)
 	}
 	spec := specs[0]
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// A soft limit for the Go heap, so the peak RSS stays near
+		// mirrorMemory whatever the archive (GOMEMLIMIT overrides it).
+		debug.SetMemoryLimit(mirrorMemory)
+	}
 	dir := *dataDir
 	if dir == "" {
 		tmp, err := stream.TempDataDir() // sweeps those killed mirrors left
