@@ -33,6 +33,7 @@ type mirrorSummary struct {
 	From         string   `json:"from"`
 	To           string   `json:"to"`
 	Seconds      float64  `json:"seconds"`
+	ReplaySecs   float64  `json:"replay_seconds"` // of Seconds, the replay onto the stream; the rest is the sink draining it
 	Metas        int      `json:"metas"`
 	Revisions    int      `json:"revisions"`
 	Blobs        int      `json:"blobs"`
@@ -99,13 +100,14 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	if err != nil {
 		return mirrorCmd.Errorf(stderr, exitDiffer, "replay %s: %v", *from, err)
 	}
+	replayed := time.Since(start)
 	wc.UntilDrained = true
 	workers, err := runWorkers(ctx, bus, []*sink.Spec{spec}, wc, nil, log)
 	if err != nil {
 		return mirrorCmd.Errorf(stderr, exitError, "%v", err)
 	}
 	w := summaries([]*sink.Spec{spec}, workers)[0]
-	sum := mirrorSummary{From: *from, To: spec.Where(), Seconds: time.Since(start).Seconds(), Metas: rs.Metas, Revisions: rs.Revisions,
+	sum := mirrorSummary{From: *from, To: spec.Where(), Seconds: time.Since(start).Seconds(), ReplaySecs: replayed.Seconds(), Metas: rs.Metas, Revisions: rs.Revisions,
 		Blobs: rs.Blobs, LargeBlobs: rs.LargeBlobs, Applied: w.Applied, DeadLettered: w.DeadLettered, Warnings: []string{}}
 	for _, warn := range rs.Warnings {
 		sum.Warnings = append(sum.Warnings, warn.Error())
