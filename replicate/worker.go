@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -198,20 +199,51 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 	defer w.m.setReady(w.opts.Name, false)
 	go w.watchConsumer(ctx, cons)
 	size := w.opts.Batch
+	// While a backlog waits, the next batch is fetched while this one is
+	// applied (ahead), so that fetching costs no time of its own.
+	type fetched struct {
+		msgs []jetstream.Msg
+		err  error
+	}
+	var ahead chan fetched
+	fetchAhead := func(size int) {
+		ch := make(chan fetched, 1)
+		go func() {
+			msgs, err := w.fetch(ctx, cons, size)
+			ch <- fetched{msgs, err}
+		}()
+		ahead = ch
+	}
+	defer func() {
+		if ahead != nil {
+			// fetched, never applied: handed back for redelivery now
+			// rather than after AckWait
+			for _, m := range (<-ahead).msgs {
+				_ = m.Nak()
+			}
+		}
+	}()
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if w.opts.UntilDrained {
-			done, err := w.drained(ctx, cons, target)
-			if err != nil {
-				return err
+		var msgs []jetstream.Msg
+		var err error
+		if ahead != nil {
+			f := <-ahead
+			ahead, msgs, err = nil, f.msgs, f.err
+		} else {
+			if w.opts.UntilDrained {
+				done, err := w.drained(ctx, cons, target)
+				if err != nil {
+					return err
+				}
+				if done {
+					return nil
+				}
 			}
-			if done {
-				return nil
-			}
+			msgs, err = w.fetch(ctx, cons, size)
 		}
-		msgs, err := w.fetch(ctx, cons, size)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -223,12 +255,17 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 		if len(msgs) == 0 {
 			continue
 		}
+		n := batchBytes(msgs)
+		size = w.nextBatch(size, msgs, n)
+		// A backlog waits (the batch grew) and this batch holds no purge,
+		// whose wait for earlier acks must not count events fetched ahead.
+		if size > w.opts.Batch && !slices.ContainsFunc(msgs, isPurge) {
+			fetchAhead(size)
+		}
 		if _, err := w.processInOrder(ctx, cons, msgs); err != nil {
 			return err
 		}
-		n := batchBytes(msgs)
 		w.bytes.Add(n)
-		size = w.nextBatch(size, msgs, n)
 		if meter != nil {
 			meter.Update(w.applied.Load(), w.bytes.Load())
 		}
