@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,17 @@ import (
 // (JetStream's own default for MaxAckPending and AckWait, one event at a
 // time for Batch and Parallel); DefaultConfig gives the command's defaults.
 type Config struct {
-	Batch         int           // events fetched, applied, made durable and acked together
+	Batch int // events fetched, applied, made durable and acked together
+	// MaxBatch is how far a batch grows while a backlog waits: each full
+	// batch fetched with more events pending doubles the next one, up to
+	// MaxBatch events (and MaxAckPending) and MaxBatchBytes of payload, so
+	// that a sink whose cost is per batch (a transaction, a COPY) catches
+	// up in few of them; a batch that empties the backlog brings it back to
+	// Batch. 0 or less than Batch: batches stay at Batch.
+	MaxBatch int
+	// MaxBatchBytes bounds a grown batch's payload bytes (estimated from
+	// the previous batch's mean event size); 0: no bound but MaxBatch.
+	MaxBatchBytes int64
 	MaxAckPending int           // unacknowledged events JetStream lets the sink hold
 	AckWait       time.Duration // redeliver an event not acked within this time
 	Parallel      int           // events of a batch applied at once
@@ -36,7 +47,7 @@ type Config struct {
 
 // DefaultConfig is the tuning `replicator run` uses unless told otherwise.
 func DefaultConfig() Config {
-	return Config{Batch: 256, MaxAckPending: 4096, AckWait: time.Minute, Parallel: 16, MirrorWait: time.Minute}
+	return Config{Batch: 256, MaxBatch: 2048, MaxBatchBytes: 32 << 20, MaxAckPending: 4096, AckWait: time.Minute, Parallel: 16, MirrorWait: time.Minute}
 }
 
 // Options say which sink a Worker feeds and how.
@@ -193,27 +204,59 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 	w.m.setReady(w.opts.Name, true)
 	defer w.m.setReady(w.opts.Name, false)
 	go w.watchConsumer(ctx, cons)
+	size := w.opts.Batch
+	// While a backlog waits, the next batch is fetched while this one is
+	// applied (ahead), so that fetching costs no time of its own.
+	type fetched struct {
+		msgs []jetstream.Msg
+		err  error
+	}
+	var ahead chan fetched
+	fetchAhead := func(size int) {
+		ch := make(chan fetched, 1)
+		go func() {
+			msgs, err := w.fetch(ctx, cons, size)
+			ch <- fetched{msgs, err}
+		}()
+		ahead = ch
+	}
+	defer func() {
+		if ahead != nil {
+			// fetched, never applied: handed back for redelivery now
+			// rather than after AckWait
+			for _, m := range (<-ahead).msgs {
+				_ = m.Nak()
+			}
+		}
+	}()
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if !known {
-			select {
-			case target = <-w.drainTo:
-				known = true
-			default:
+		var msgs []jetstream.Msg
+		var err error
+		if ahead != nil {
+			f := <-ahead
+			ahead, msgs, err = nil, f.msgs, f.err
+		} else {
+			if !known {
+				select {
+				case target = <-w.drainTo:
+					known = true
+				default:
+				}
 			}
+			if w.opts.UntilDrained && known {
+				done, err := w.drained(ctx, cons, target)
+				if err != nil {
+					return err
+				}
+				if done {
+					return nil
+				}
+			}
+			msgs, err = w.fetch(ctx, cons, size)
 		}
-		if w.opts.UntilDrained && known {
-			done, err := w.drained(ctx, cons, target)
-			if err != nil {
-				return err
-			}
-			if done {
-				return nil
-			}
-		}
-		msgs, err := w.fetch(ctx, cons)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -225,10 +268,17 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 		if len(msgs) == 0 {
 			continue
 		}
+		n := batchBytes(msgs)
+		size = w.nextBatch(size, msgs, n)
+		// A backlog waits (the batch grew) and this batch holds no purge,
+		// whose wait for earlier acks must not count events fetched ahead.
+		if size > w.opts.Batch && !slices.ContainsFunc(msgs, isPurge) {
+			fetchAhead(size)
+		}
 		if _, err := w.processInOrder(ctx, cons, msgs); err != nil {
 			return err
 		}
-		w.bytes.Add(batchBytes(msgs))
+		w.bytes.Add(n)
 		if meter != nil {
 			meter.Update(w.applied.Load(), w.bytes.Load())
 		}
@@ -359,10 +409,42 @@ func (w *Worker) watchConsumer(ctx context.Context, cons jetstream.Consumer) {
 	}
 }
 
+// nextBatch is the size of the batch after msgs (of n payload bytes),
+// fetched asking for size.
+func (w *Worker) nextBatch(size int, msgs []jetstream.Msg, n int64) int {
+	var pending uint64
+	if len(msgs) > 0 {
+		if md, err := msgs[len(msgs)-1].Metadata(); err == nil {
+			pending = md.NumPending
+		}
+	}
+	return batchAfter(w.opts.Config, size, len(msgs), pending, n)
+}
+
+// batchAfter is the size of the next batch after one of got events (n
+// payload bytes) fetched asking for size, with pending events still
+// waiting: double while batches come full and events wait (a backlog),
+// within MaxBatch, MaxAckPending and MaxBatchBytes (at the batch's mean
+// event size); Batch otherwise.
+func batchAfter(c Config, size, got int, pending uint64, n int64) int {
+	limit := c.MaxBatch
+	if c.MaxAckPending > 0 {
+		limit = min(limit, c.MaxAckPending)
+	}
+	if limit <= c.Batch || got < size || pending == 0 {
+		return c.Batch
+	}
+	next := min(2*size, limit)
+	if c.MaxBatchBytes > 0 && n > 0 && got > 0 {
+		next = min(next, int(min(c.MaxBatchBytes/max(n/int64(got), 1), int64(limit))))
+	}
+	return max(next, c.Batch)
+}
+
 // fetch returns the next batch: it waits up to a second for the first
-// event, then takes whatever else is already there, up to Batch, so a
+// event, then takes whatever else is already there, up to size, so a
 // trickle of events is applied at once and a backlog in full batches.
-func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer) ([]jetstream.Msg, error) {
+func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, size int) ([]jetstream.Msg, error) {
 	var msgs []jetstream.Msg
 	first, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
 	if err != nil {
@@ -371,10 +453,10 @@ func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer) ([]jetstrea
 	for m := range first.Messages() {
 		msgs = append(msgs, m)
 	}
-	if len(msgs) == 0 || w.opts.Batch <= 1 {
+	if len(msgs) == 0 || size <= 1 {
 		return msgs, nil
 	}
-	rest, err := cons.FetchNoWait(w.opts.Batch - len(msgs))
+	rest, err := cons.FetchNoWait(size - len(msgs))
 	if err != nil {
 		return msgs, nil // the first is enough to go on with
 	}

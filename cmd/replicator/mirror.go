@@ -35,6 +35,7 @@ type mirrorSummary struct {
 	From         string   `json:"from"`
 	To           string   `json:"to"`
 	Seconds      float64  `json:"seconds"`
+	ReplaySecs   float64  `json:"replay_seconds"` // of Seconds, until the archive was all on the stream (the sink applies meanwhile)
 	Metas        int      `json:"metas"`
 	Revisions    int      `json:"revisions"`
 	Blobs        int      `json:"blobs"`
@@ -123,9 +124,11 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	}
 	meter := progress.New("mirror "+*from, st.Size(), log)
 	var rs *srcarchive.Stats
+	var replayed time.Duration
 	replayErr, runErr := replicate.Pipe(ctx, worker, bus.NewPublisher(512), ahead, func(ctx context.Context, pub *replicate.Paced) (err error) {
 		rs, err = srcarchive.Replay(ctx, f, acbak.Options{Size: st.Size(), Lenient: *lenient}, bus.Prefix(), bus.BlobBucket(), pub,
 			func(n int, off int64) { meter.Update(int64(n), off) })
+		replayed = time.Since(start)
 		return err
 	})
 	if rs != nil {
@@ -142,7 +145,7 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		return mirrorCmd.Errorf(stderr, exitError, "sink %s: %v", spec.Raw, runErr)
 	}
 	w := summaries([]*sink.Spec{spec}, []*replicate.Worker{worker})[0]
-	sum := mirrorSummary{From: *from, To: spec.Where(), Seconds: time.Since(start).Seconds(), Metas: rs.Metas, Revisions: rs.Revisions,
+	sum := mirrorSummary{From: *from, To: spec.Where(), Seconds: time.Since(start).Seconds(), ReplaySecs: replayed.Seconds(), Metas: rs.Metas, Revisions: rs.Revisions,
 		Blobs: rs.Blobs, LargeBlobs: rs.LargeBlobs, Applied: w.Applied, DeadLettered: w.DeadLettered, Warnings: []string{}}
 	for _, warn := range rs.Warnings {
 		sum.Warnings = append(sum.Warnings, warn.Error())

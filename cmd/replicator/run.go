@@ -38,6 +38,8 @@ applied what the stream held at start (no listener unless --listen).`,
 func registerConfig(fs *flag.FlagSet, c *replicate.Config) {
 	d := replicate.DefaultConfig()
 	fs.IntVar(&c.Batch, "batch", d.Batch, "events applied, made durable and acked together")
+	fs.IntVar(&c.MaxBatch, "max-batch", d.MaxBatch, "while a backlog waits, batches double up to this many events (and --max-ack-pending); fewer, larger transactions")
+	fs.Int64Var(&c.MaxBatchBytes, "max-batch-bytes", d.MaxBatchBytes, "payload bytes a grown batch holds at most (0: no bound)")
 	fs.IntVar(&c.MaxAckPending, "max-ack-pending", d.MaxAckPending, "unacknowledged events JetStream lets one sink hold")
 	fs.DurationVar(&c.AckWait, "ack-wait", d.AckWait, "redeliver an event not acked within this time")
 	fs.IntVar(&c.Parallel, "parallel", d.Parallel, "events of a batch applied at once")

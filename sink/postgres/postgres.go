@@ -83,6 +83,11 @@ type Sink struct {
 	rev        *pgRevSQL
 	copyFrom   int // a round writing this many rows or more uses COPY staging
 
+	// fresh: the last Flush's read found none of the rows it touches
+	// (a new sink catching up), so the next one of copyFrom records or
+	// more writes without reading first. Guarded by flushMu.
+	fresh bool
+
 	tableLocks store.KeyLocks // one schema check per meta table at a time
 	flushMu    sync.Mutex     // one Flush at a time
 
@@ -784,8 +789,18 @@ func (p *Sink) ensureTables(ctx context.Context, pending []pgWrite) error {
 }
 
 // execute runs one transaction: rounds of read-decide-write until no
-// compare-and-swap misses, then commit.
+// compare-and-swap misses, then commit. While the sink is fresh (the last
+// read found none of its rows: a backlog into a new database), a large
+// queue without purges is first decided as if none of its rows existed,
+// without reading: every row it touches is then new and written by COPY
+// (copyFresh), which fails on a key that exists after all, so the
+// decision stands only if it was right; else the rows that exist are
+// missed and the next round reads them.
 func (p *Sink) execute(ctx context.Context, pending []pgWrite) error {
+	blind := p.fresh && len(pending) >= p.copyFrom
+	for _, w := range pending {
+		blind = blind && w.purge == nil
+	}
 	var tx pgx.Tx // begun by the first round's read batch
 	defer func() {
 		if tx != nil {
@@ -793,7 +808,7 @@ func (p *Sink) execute(ctx context.Context, pending []pgWrite) error {
 		}
 	}()
 	for round := 1; ; round++ {
-		missed, err := p.round(ctx, &tx, pending)
+		missed, err := p.round(ctx, &tx, pending, !blind || round > 1)
 		if err != nil {
 			return err
 		}
@@ -835,14 +850,15 @@ type pgSlotState struct{ orig, cur string } // "" = no row
 // round reads the rows the queue touches, decides, and writes the rows
 // that change; it returns how many compare-and-swaps missed. *tx is nil
 // in the first round, whose read batch begins the transaction (saving a
-// round trip).
+// round trip). Without read it decides as if none of the rows existed
+// (see execute).
 //
 // The reads take no locks: every decision depends only on the row it
 // writes, whose write is a compare-and-swap, except one: a resource_index
 // row naming another uid moves only if the revision supersedes that uid's
 // info, so those rows are read again FOR SHARE and cannot change until
 // commit. Rows that end unchanged are neither written nor locked.
-func (p *Sink) round(ctx context.Context, tx *pgx.Tx, pending []pgWrite) (int, error) {
+func (p *Sink) round(ctx context.Context, tx *pgx.Tx, pending []pgWrite, read bool) (int, error) {
 	metas := map[pgMetaKey]*pgMetaState{}
 	slots := map[pgSlotKey]*pgSlotState{}
 	datas := map[string]*pgDataState{}
@@ -875,127 +891,19 @@ func (p *Sink) round(ctx context.Context, tx *pgx.Tx, pending []pgWrite) (int, e
 			}
 		}
 	}
-	scanData := func(rows pgx.Rows) error {
-		for rows.Next() {
-			var uid string
-			var data, info []byte
-			if err := rows.Scan(&uid, &data, &info); err != nil {
-				return err
-			}
-			if st := datas[uid]; st != nil {
-				st.origData, st.origInfo = data, info
-			}
-		}
-		return rows.Err()
-	}
 
-	// Read: meta rows, index rows and data rows, in one batch.
-	b := &pgx.Batch{}
-	if *tx == nil {
-		b.BeginTx(pgx.TxOptions{})
-	}
-	for _, table := range pgSortedKeys(byTable) {
-		b.Queue(tableSQL[table].selectMany, byTable[table]).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var rid string
-				var data []byte
-				if err := rows.Scan(&rid, &data); err != nil {
-					return err
-				}
-				if st := metas[pgMetaKey{table, rid}]; st != nil {
-					st.orig = data
-				}
-			}
-			return rows.Err()
-		})
-	}
-	if len(slots) > 0 {
-		var rids, revs, svs []string
-		for k := range slots {
-			rids, revs, svs = append(rids, k.rid), append(revs, k.revID), append(svs, k.sv)
-		}
-		b.Queue(p.rev.selectSlots, rids, revs, svs).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var k pgSlotKey
-				var uid string
-				if err := rows.Scan(&k.rid, &k.revID, &k.sv, &uid); err != nil {
-					return err
-				}
-				if st := slots[k]; st != nil {
-					st.orig = uid
-				}
-			}
-			return rows.Err()
-		})
-		b.Queue(p.rev.selectData, pgSortedKeys(datas)).Query(scanData)
-	}
-	if len(purgeRids) > 0 {
-		b.Queue(p.pgPurgeSlotsSQL(), pgSortedKeys(purgeRids)).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var k pgSlotKey
-				var uid string
-				if err := rows.Scan(&k.rid, &k.revID, &k.sv, &uid); err != nil {
-					return err
-				}
-				st := slots[k]
-				if st == nil {
-					st = &pgSlotState{}
-					slots[k] = st
-				}
-				st.orig = uid
-			}
-			return rows.Err()
-		})
-	}
 	var err error
-	if *tx == nil {
-		br := p.pool.SendBatch(ctx, b)
-		*tx = br.Tx()
-		err = br.Close()
+	if !read {
+		if *tx == nil {
+			if *tx, err = p.pool.Begin(ctx); err != nil {
+				return 0, fmt.Errorf("sink: postgres begin: %w", err)
+			}
+		}
 	} else {
-		err = (*tx).SendBatch(ctx, b).Close()
-	}
-	if err != nil {
-		return 0, fmt.Errorf("sink: postgres read rows: %w", err)
-	}
-
-	// Read again, FOR SHARE, the data rows of the other uids that index
-	// rows name.
-	others := map[string]bool{}
-	for k, st := range slots {
-		// the data rows a purge may remove, and orders revisions by
-		if purgeRids[k.rid] && st.orig != "" && (datas[st.orig] == nil || datas[st.orig].origInfo == nil) {
-			others[st.orig] = true
-			if datas[st.orig] == nil {
-				datas[st.orig] = &pgDataState{}
-			}
+		if err := p.read(ctx, tx, pending, metas, slots, datas, byTable, tableSQL, purgeRids); err != nil {
+			return 0, err
 		}
-	}
-	for _, w := range pending {
-		if w.rev != nil {
-			if cur := slots[w.rev.slot].orig; cur != "" && cur != w.rev.info.UID {
-				others[cur] = true
-				if datas[cur] == nil {
-					datas[cur] = &pgDataState{}
-				}
-			}
-		}
-	}
-	if len(others) > 0 {
-		err := pgQuery(ctx, *tx, p.rev.selectDataShared, []any{pgSortedKeys(others)}, func(rows pgx.Rows) error {
-			var uid string
-			var data, info []byte
-			if err := rows.Scan(&uid, &data, &info); err != nil {
-				return err
-			}
-			if st := datas[uid]; st != nil {
-				st.origData, st.origInfo = data, info
-			}
-			return nil
-		})
-		if err != nil {
-			return 0, fmt.Errorf("sink: postgres read %s: %w", p.dataTable, err)
-		}
+		p.fresh = pgNoneRead(metas, slots, datas)
 	}
 
 	// Decide, in queue order, as the Disk sink would apply the records.
@@ -1088,6 +996,157 @@ func (p *Sink) round(ctx context.Context, tx *pgx.Tx, pending []pgWrite) (int, e
 	}
 	m, err := p.writeDeletes(ctx, *tx, &del)
 	return missed + m, err
+}
+
+// read reads the rows the queue touches into the round's states: meta
+// rows, index rows and data rows in one batch (which begins the
+// transaction if *tx is nil), then, FOR SHARE, the data rows of the other
+// uids that index rows name.
+func (p *Sink) read(ctx context.Context, tx *pgx.Tx, pending []pgWrite, metas map[pgMetaKey]*pgMetaState,
+	slots map[pgSlotKey]*pgSlotState, datas map[string]*pgDataState, byTable map[string][]string,
+	tableSQL map[string]*pgMetaSQL, purgeRids map[string]bool) error {
+	scanData := func(rows pgx.Rows) error {
+		for rows.Next() {
+			var uid string
+			var data, info []byte
+			if err := rows.Scan(&uid, &data, &info); err != nil {
+				return err
+			}
+			if st := datas[uid]; st != nil {
+				st.origData, st.origInfo = data, info
+			}
+		}
+		return rows.Err()
+	}
+	b := &pgx.Batch{}
+	if *tx == nil {
+		b.BeginTx(pgx.TxOptions{})
+	}
+	for _, table := range pgSortedKeys(byTable) {
+		b.Queue(tableSQL[table].selectMany, byTable[table]).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var rid string
+				var data []byte
+				if err := rows.Scan(&rid, &data); err != nil {
+					return err
+				}
+				if st := metas[pgMetaKey{table, rid}]; st != nil {
+					st.orig = data
+				}
+			}
+			return rows.Err()
+		})
+	}
+	if len(slots) > 0 {
+		var rids, revs, svs []string
+		for k := range slots {
+			rids, revs, svs = append(rids, k.rid), append(revs, k.revID), append(svs, k.sv)
+		}
+		b.Queue(p.rev.selectSlots, rids, revs, svs).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var k pgSlotKey
+				var uid string
+				if err := rows.Scan(&k.rid, &k.revID, &k.sv, &uid); err != nil {
+					return err
+				}
+				if st := slots[k]; st != nil {
+					st.orig = uid
+				}
+			}
+			return rows.Err()
+		})
+		b.Queue(p.rev.selectData, pgSortedKeys(datas)).Query(scanData)
+	}
+	if len(purgeRids) > 0 {
+		b.Queue(p.pgPurgeSlotsSQL(), pgSortedKeys(purgeRids)).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var k pgSlotKey
+				var uid string
+				if err := rows.Scan(&k.rid, &k.revID, &k.sv, &uid); err != nil {
+					return err
+				}
+				st := slots[k]
+				if st == nil {
+					st = &pgSlotState{}
+					slots[k] = st
+				}
+				st.orig = uid
+			}
+			return rows.Err()
+		})
+	}
+	var err error
+	if *tx == nil {
+		br := p.pool.SendBatch(ctx, b)
+		*tx = br.Tx()
+		err = br.Close()
+	} else {
+		err = (*tx).SendBatch(ctx, b).Close()
+	}
+	if err != nil {
+		return fmt.Errorf("sink: postgres read rows: %w", err)
+	}
+
+	// Read again, FOR SHARE, the data rows of the other uids that index
+	// rows name.
+	others := map[string]bool{}
+	for k, st := range slots {
+		// the data rows a purge may remove, and orders revisions by
+		if purgeRids[k.rid] && st.orig != "" && (datas[st.orig] == nil || datas[st.orig].origInfo == nil) {
+			others[st.orig] = true
+			if datas[st.orig] == nil {
+				datas[st.orig] = &pgDataState{}
+			}
+		}
+	}
+	for _, w := range pending {
+		if w.rev != nil {
+			if cur := slots[w.rev.slot].orig; cur != "" && cur != w.rev.info.UID {
+				others[cur] = true
+				if datas[cur] == nil {
+					datas[cur] = &pgDataState{}
+				}
+			}
+		}
+	}
+	if len(others) > 0 {
+		err := pgQuery(ctx, *tx, p.rev.selectDataShared, []any{pgSortedKeys(others)}, func(rows pgx.Rows) error {
+			var uid string
+			var data, info []byte
+			if err := rows.Scan(&uid, &data, &info); err != nil {
+				return err
+			}
+			if st := datas[uid]; st != nil {
+				st.origData, st.origInfo = data, info
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("sink: postgres read %s: %w", p.dataTable, err)
+		}
+	}
+
+	return nil
+}
+
+// pgNoneRead reports whether a round's read found none of its rows.
+func pgNoneRead(metas map[pgMetaKey]*pgMetaState, slots map[pgSlotKey]*pgSlotState, datas map[string]*pgDataState) bool {
+	for _, st := range metas {
+		if st.orig != nil {
+			return false
+		}
+	}
+	for _, st := range slots {
+		if st.orig != "" {
+			return false
+		}
+	}
+	for _, st := range datas {
+		if st.origInfo != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // pgChanges are the rows a round writes, each with the content it must
@@ -1303,6 +1362,18 @@ const pgCopyFrom = 1000
 // INSERT ... SELECT ... ON CONFLICT DO NOTHING for new rows. It returns how
 // many rows were written by neither.
 func (p *Sink) writeCopy(ctx context.Context, tx pgx.Tx, ch *pgChanges) (int, error) {
+	if fresh, rest := ch.split(); fresh.len() > 0 {
+		ok, err := p.copyFresh(ctx, tx, &fresh)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			if rest.len() == 0 {
+				return 0, nil
+			}
+			ch = &rest
+		}
+	}
 	if _, err := tx.Exec(ctx, pgStageDDL); err != nil {
 		return 0, fmt.Errorf("sink: postgres staging tables: %w", err)
 	}
@@ -1371,4 +1442,102 @@ func (p *Sink) writeCopy(ctx context.Context, tx pgx.Tx, ch *pgChanges) (int, er
 		return 0, fmt.Errorf("sink: postgres write staged rows: %w", err)
 	}
 	return len(ch.metas) + len(ch.datas) + len(ch.slots) - int(written), nil
+}
+
+func (c *pgChanges) len() int { return len(c.metas) + len(c.datas) + len(c.slots) }
+
+// split parts the changes into the rows that are new (no row was read:
+// fresh) and the others, each part in the order of c.
+func (c *pgChanges) split() (fresh, rest pgChanges) {
+	for _, m := range c.metas {
+		if m.prev == nil {
+			fresh.metas = append(fresh.metas, m)
+		} else {
+			rest.metas = append(rest.metas, m)
+		}
+	}
+	for _, d := range c.datas {
+		if d.prevInfo == nil {
+			fresh.datas = append(fresh.datas, d)
+		} else {
+			rest.datas = append(rest.datas, d)
+		}
+	}
+	for _, s := range c.slots {
+		if s.prev == "" {
+			fresh.slots = append(fresh.slots, s)
+		} else {
+			rest.slots = append(rest.slots, s)
+		}
+	}
+	return fresh, rest
+}
+
+// pgUniqueViolation is Postgres's SQLSTATE for a duplicate key.
+const pgUniqueViolation = "23505"
+
+// copyFresh writes rows that did not exist when read by COPY straight into
+// their tables (metas, then resource_data, then resource_index, whose uid
+// references it), as a plain bulk load does: the compare-and-swap of a new
+// row is "insert only if there is still no row", which a COPY into a
+// table with that primary key is. If another writer created one of the
+// rows in between, the COPY fails on the key; everything it wrote is
+// rolled back to a savepoint and copyFresh reports false, so that the
+// caller writes the rows through the staging tables, whose INSERT ... ON
+// CONFLICT DO NOTHING counts the row as missed and the next round decides
+// it again.
+func (p *Sink) copyFresh(ctx context.Context, tx pgx.Tx, ch *pgChanges) (bool, error) {
+	if _, err := tx.Exec(ctx, "SAVEPOINT specstar_copy"); err != nil {
+		return false, fmt.Errorf("sink: postgres savepoint: %w", err)
+	}
+	copyRows := func(table string, cols []string, rows [][]any) error {
+		n, err := tx.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows))
+		if err == nil && n != int64(len(rows)) {
+			err = fmt.Errorf("copied %d rows of %d", n, len(rows))
+		}
+		return err
+	}
+	var metaCols []string
+	for _, c := range pgMetaTableSpec("").columns {
+		metaCols = append(metaCols, c.name)
+	}
+	var table string
+	var failed error
+	for i := 0; i < len(ch.metas) && failed == nil; {
+		s := ch.metas[i].sql
+		var rows [][]any
+		for ; i < len(ch.metas) && ch.metas[i].sql == s; i++ {
+			rows = append(rows, ch.metas[i].row)
+		}
+		table, failed = s.table, copyRows(s.table, metaCols, rows)
+	}
+	if failed == nil && len(ch.datas) > 0 {
+		rows := make([][]any, len(ch.datas))
+		for i, c := range ch.datas {
+			rows[i] = []any{c.uid, c.data, c.info}
+		}
+		table, failed = p.dataTable, copyRows(p.dataTable, []string{"uid", "data", "info"}, rows)
+	}
+	if failed == nil && len(ch.slots) > 0 {
+		rows := make([][]any, len(ch.slots))
+		for i, c := range ch.slots {
+			rows[i] = []any{c.key.rid, c.key.revID, c.key.sv, c.uid}
+		}
+		table, failed = p.indexTable, copyRows(p.indexTable, []string{"resource_id", "revision_id", "schema_version", "uid"}, rows)
+	}
+	var pgErr *pgconn.PgError
+	switch {
+	case failed == nil:
+		if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT specstar_copy"); err != nil {
+			return false, fmt.Errorf("sink: postgres release savepoint: %w", err)
+		}
+		return true, nil
+	case errors.As(failed, &pgErr) && pgErr.Code == pgUniqueViolation:
+		// another writer created one of the rows since the read
+		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT specstar_copy"); err != nil {
+			return false, fmt.Errorf("sink: postgres rollback to savepoint: %w", err)
+		}
+		return false, nil
+	}
+	return false, fmt.Errorf("sink: postgres copy into %s: %w", table, failed)
 }

@@ -1225,3 +1225,64 @@ func openDisk(t *testing.T, root string, opts disk.Options) *disk.Sink {
 	t.Cleanup(func() { d.Close() })
 	return d
 }
+
+// TestPostgresFreshGuessWrong: a sink that has only ever seen new rows
+// (fresh) writes its next large Flush without reading, by COPY. When
+// another writer has meanwhile stored newer metas of some of those
+// resources, and older ones of others, the guess is wrong: the newer
+// stored metas stay, the older ones are replaced, and the new resources
+// are written, as a Flush that read first would leave them.
+func TestPostgresFreshGuessWrong(t *testing.T) {
+	ctx := context.Background()
+	prefix := pgPrefix(t)
+	opts := Options{TablePrefix: prefix}
+	a, other := pgOpen(t, opts), pgOpen(t, opts)
+	a.copyFrom = 10
+	const n = 40
+	rid := func(i int) string { return fmt.Sprintf("issue:%03d", i) }
+	// a writes resources 0..n-1: all new, so a is fresh afterwards
+	for i := 0; i < n; i++ {
+		if _, err := a.ApplyMeta(ctx, "issue", sinktestutil.Meta(t, rid(i), "2024-05-01T00:00:00Z", 1, "first")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pgFlush(t, a)
+	if !a.fresh {
+		t.Fatal("a Flush of new rows only left the sink not fresh")
+	}
+	// another writer stores resources n..2n-1: the even ones newer than
+	// what a will write, the odd ones older
+	for i := n; i < 2*n; i++ {
+		updated, by := "2024-05-01T00:05:00Z", "other-newer"
+		if i%2 == 1 {
+			updated, by = "2024-05-01T00:01:00Z", "other-older"
+		}
+		if _, err := other.ApplyMeta(ctx, "issue", sinktestutil.Meta(t, rid(i), updated, 1, by)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pgFlush(t, other)
+	// a's next Flush: resources n..3n-1 at 00:03, decided without reading
+	for i := n; i < 3*n; i++ {
+		if _, err := a.ApplyMeta(ctx, "issue", sinktestutil.Meta(t, rid(i), "2024-05-01T00:03:00Z", 1, "a")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pgFlush(t, a)
+	for i := n; i < 3*n; i++ {
+		want := "a"
+		if i < 2*n && i%2 == 0 {
+			want = "other-newer"
+		}
+		m, err := a.Meta(ctx, "issue", rid(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.UpdatedBy != want {
+			t.Errorf("%s: updated_by %q stayed, want %q", rid(i), m.UpdatedBy, want)
+		}
+	}
+	if a.fresh {
+		t.Error("a Flush that found stored rows left the sink fresh")
+	}
+}
