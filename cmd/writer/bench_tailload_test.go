@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
 
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/pgtest"
@@ -109,6 +110,46 @@ func pgCounter(conn *pgx.Conn) sinkCounter {
 			out[rid] = m.TotalRevisionCount
 		}
 		return out, rows.Err()
+	}
+}
+
+// streamCounter follows the metas the tail publishes (a core NATS
+// subscription on the stream's meta subject, so it sees a message as it
+// is published) and answers with the newest revision count seen: the
+// lag to it is the tail's share of the lag to a sink.
+func streamCounter(b *testing.B, bus *stream.Bus) sinkCounter {
+	var mu sync.Mutex
+	seen := map[string]int64{}
+	sub, err := bus.NC.Subscribe(events.Subject(bus.Prefix(), lagModel, events.KindMeta), func(msg *nats.Msg) {
+		rec, err := events.DecodeRecord(events.Msgpack, msg.Data)
+		if err != nil {
+			return
+		}
+		mr, ok := rec.(*events.MetaRecord)
+		if !ok {
+			return
+		}
+		m, err := mr.Meta()
+		if err != nil {
+			return
+		}
+		mu.Lock()
+		seen[m.ResourceID] = max(seen[m.ResourceID], m.TotalRevisionCount)
+		mu.Unlock()
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sub.SetPendingLimits(-1, -1)
+	b.Cleanup(func() { sub.Unsubscribe() })
+	return func(_ context.Context, rids []string) (map[string]int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		out := make(map[string]int64, len(rids))
+		for _, rid := range rids {
+			out[rid] = seen[rid]
+		}
+		return out, nil
 	}
 }
 
@@ -222,6 +263,7 @@ type loadRun struct {
 	writes                  int
 	rate                    float64
 	p50, p99, pmax, look    float64
+	streamP50, streamP99    float64
 	eventsPerWrite          float64
 	loadBefore, loadAfter   float64
 	historyStart, historyTo float64
@@ -247,7 +289,9 @@ type loadRun struct {
 // the sink every BENCH_TAIL_POLL for all of them at once (a stat+read per
 // resource on disk, one query on Postgres), and a write's lag runs from
 // its commit returning to the first look showing its revision count.
-// Reported: the rate achieved, p50/p99/max lag, the events the tail
+// Reported: the rate achieved, p50/p99/max lag to the sink, p50/p99 lag
+// to the stream (tail-p50-ms: commit to the tail publishing the meta,
+// seen by a subscription on the meta subject), the events the tail
 // published per write (2 = the meta and the new revision, whatever the
 // history), the mean look time and the 1-minute load average before and
 // after.
@@ -266,6 +310,8 @@ func BenchmarkTailLoad(b *testing.B) {
 					b.ReportMetric(r.p50, "p50-ms")
 					b.ReportMetric(r.p99, "p99-ms")
 					b.ReportMetric(r.pmax, "max-ms")
+					b.ReportMetric(r.streamP50, "tail-p50-ms")
+					b.ReportMetric(r.streamP99, "tail-p99-ms")
 					b.ReportMetric(r.look, "look-ms")
 					b.ReportMetric(r.eventsPerWrite, "events/write")
 					b.ReportMetric(r.historyStart, "revs-start")
@@ -428,6 +474,7 @@ func tailLoadRun(b *testing.B, repl string, rate int, sink string, history int) 
 	// (j*conns+c)/rate, at once when behind, and every sampleEvery-th
 	// write of the run is watched.
 	watcher := startWatcher(ctx, count)
+	onStream := startWatcher(ctx, streamCounter(b, bus))
 	sampleEvery := max(1, rate/loadSample)
 	loadBefore := loadAvg()
 	var writes atomic.Int64
@@ -458,6 +505,7 @@ func tailLoadRun(b *testing.B, repl string, rate int, sink string, history int) 
 			last.Store(at.UnixNano())
 			if n := writes.Add(1); n%int64(sampleEvery) == 0 {
 				watcher.in <- watched{rid: rid, n: wr.Meta.TotalRevisionCount, at: at}
+				onStream.in <- watched{rid: rid, n: wr.Meta.TotalRevisionCount, at: at}
 			}
 		}
 	}
@@ -479,15 +527,19 @@ func tailLoadRun(b *testing.B, repl string, rate int, sink string, history int) 
 	}
 	n := writes.Load()
 	elapsed := time.Unix(0, last.Load()).Sub(start)
+	sp50, sp99, _, _, serr := onStream.finish()
 	p50, p99, pmax, look, err := watcher.finish()
 	loadAfter := loadAvg()
 	if err != nil {
 		b.Fatalf("%v\nreplicator:\n%s", err, lastBytes(replOut.String(), 4000))
 	}
+	if serr != nil {
+		b.Fatalf("on the stream: %v", serr)
+	}
 	stop()
 	return loadRun{
 		writes: int(n), rate: float64(n) / elapsed.Seconds(),
-		p50: p50, p99: p99, pmax: pmax, look: look,
+		p50: p50, p99: p99, streamP50: sp50, streamP99: sp99, pmax: pmax, look: look,
 		eventsPerWrite: float64(published-snapshot) / float64(n),
 		loadBefore:     loadBefore, loadAfter: loadAfter,
 		historyStart: float64(history), historyTo: float64(history) + float64(n)/float64(len(rids)),
