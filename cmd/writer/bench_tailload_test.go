@@ -471,8 +471,8 @@ func tailLoadRun(b *testing.B, repl string, rate int, sink string, history int) 
 	time.Sleep(time.Second) // the replicator's consumer is listening
 
 	// The load: connection c writes its j-th update at start +
-	// (j*conns+c)/rate, at once when behind, and every sampleEvery-th
-	// write of the run is watched.
+	// (j*conns+c)/rate, at once when behind, until loadFor has passed, and
+	// every sampleEvery-th write of the run is watched.
 	watcher := startWatcher(ctx, count)
 	onStream := startWatcher(ctx, streamCounter(b, bus))
 	sampleEvery := max(1, rate/loadSample)
@@ -490,8 +490,8 @@ func tailLoadRun(b *testing.B, repl string, rate int, sink string, history int) 
 		}
 		for j := 0; ; j++ {
 			due := start.Add(time.Duration(float64(j*loadConns+c) * float64(time.Second) / float64(rate)))
-			if due.Sub(start) >= loadFor {
-				return nil
+			if due.Sub(start) >= loadFor || time.Since(start) >= loadFor {
+				return nil // the run's time is up, written or not
 			}
 			if d := time.Until(due); d > 0 {
 				time.Sleep(d)
