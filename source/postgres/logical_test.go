@@ -476,3 +476,38 @@ func TestLogicalDrop(t *testing.T) {
 		t.Error("SlotLag of a dropped slot did not fail")
 	}
 }
+
+// TestLogicalRevisionWithoutMeta: a transaction that writes a revision
+// row but not the meta (the WAL does not describe the whole resource)
+// takes the read-back path: the resource's meta and all its revisions,
+// the new row's included, are emitted.
+func TestLogicalRevisionWithoutMeta(t *testing.T) {
+	ctx := context.Background()
+	e := newLogicalEnv(t)
+	must := mustWrite(t)
+	first := must(e.w.Create(ctx, "issue", "issue:1", payload("one", 0), specstarpg.Write{}))
+	start, err := e.src.SetupLogical(ctx, e.dsn, e.o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start.Close()
+	c := newCollector(true, start.LSN)
+	e.stream(t, start.LSN, c)
+	conn, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// A copy of the first revision's rows under a new uid and revision id.
+	if _, err := conn.Exec(ctx, `INSERT INTO `+ident(e.w.DataTable())+` (uid, data, info)
+		SELECT 'copy-uid', data, info FROM `+ident(e.w.DataTable())+` WHERE uid = $1`, first.Info.UID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO `+ident(e.w.IndexTable())+` (resource_id, revision_id, schema_version, uid)
+		VALUES ('issue:1', 'copy-rev', '__none__', 'copy-uid')`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "issue:1's meta and both revision rows read back", func() bool {
+		return c.hasMeta("issue", "issue:1", first.MetaData) && c.revCount("issue", "issue:1") >= 2
+	})
+}
