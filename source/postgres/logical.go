@@ -8,6 +8,7 @@ package postgres
 // confirmed_flush_lsn advances only to LSNs the caller confirms.
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -31,6 +32,14 @@ const (
 	DefaultLogicalPublication = "specstar_replicator"  // why: likewise for the publication
 	DefaultLogicalHeartbeat   = 10 * time.Second       // why: an idle stream must still report progress well inside wal_sender_timeout
 	logicalReceivePoll        = 200 * time.Millisecond // how often a confirmation by the caller is looked for while idle
+
+	// A transaction's Commit is handed over late, for several at once, so
+	// that the caller's wait for durability (a JetStream round trip) is
+	// paid per batch, not per transaction; the records themselves are
+	// handed over at once, so this delays only the confirmation.
+	logicalCommitIdle  = time.Millisecond      // the stream was quiet this long: hand the pending commit over
+	logicalCommitWait  = 20 * time.Millisecond // the oldest pending commit waited this long: hand it over
+	logicalCommitBatch = 512                   // this many transactions are pending: hand the newest over
 )
 
 // LogicalOptions name the slot and publication and the status interval;
@@ -259,9 +268,12 @@ type LogicalHandler struct {
 	Record func(model string, rec events.Record, lsn pglogrepl.LSN) error
 	// Purge receives a meta row's DELETE (a permanent delete).
 	Purge func(model, resourceID string, lsn pglogrepl.LSN, committed time.Time) error
-	// Commit (may be nil) follows the last Record/Purge of a transaction:
-	// once everything handed over up to it is durable the caller may
-	// confirm lsn and store it as its restart position. It is also called
+	// Commit (may be nil) follows the last Record/Purge of a transaction,
+	// at most logicalCommitWait later and then for every transaction
+	// emitted before it (commits are handed over in batches, so the wait
+	// for durability is paid once per batch): once everything handed over
+	// up to it is durable the caller may confirm lsn and store it as its
+	// restart position. It is also called
 	// while idle with the server's WAL position, so that an idle slot's
 	// position moves too (only once everything before was confirmed).
 	Commit func(lsn pglogrepl.LSN) error
@@ -278,9 +290,14 @@ type LogicalHandler struct {
 // every meta row it inserted or updated gives a MetaRecord of the data the
 // transaction wrote (taken from the WAL; read back from the table only if
 // the WAL carries no value, e.g. unchanged TOAST), followed, with
-// Revisions, by the resource's revisions read with a plain REPEATABLE READ
-// query after the commit, i.e. all revisions existing then (a superset of
-// those at the commit; none if the resource was deleted since), or, with
+// Revisions, by the revisions the transaction wrote, taken from the WAL
+// too (see emitFromWAL; SpecStar's writes always take this path, and it
+// costs the same whatever the resource's history). A transaction the WAL
+// does not fully describe (unchanged TOAST, revisions written without
+// their meta) has its resources' revisions read with a plain REPEATABLE
+// READ query after the commit, i.e. all revisions existing then (a
+// superset of those at the commit; none if the resource was deleted
+// since), or, with
 // RevisionsFrom, listed from that store after the commit (SpecStar wrote
 // them before the meta; a lagging listing is waited for, see
 // Options.RevisionsWait). Resources
@@ -334,6 +351,11 @@ func (s *Source) StreamLogical(ctx context.Context, dsn string, o LogicalOptions
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if st.pendingN > 0 && (st.pendingN >= logicalCommitBatch || time.Since(st.pendingSince) >= logicalCommitWait) {
+			if err := st.commitPending(); err != nil {
+				return err
+			}
+		}
 		if time.Since(lastSent) >= o.Heartbeat {
 			// When idle, ask for a keepalive: its WAL position lets the
 			// slot advance past WAL that holds nothing of ours.
@@ -346,6 +368,9 @@ func (s *Source) StreamLogical(ctx context.Context, dsn string, o LogicalOptions
 			}
 		}
 		wait := min(time.Until(lastSent.Add(o.Heartbeat)), logicalReceivePoll)
+		if st.pendingN > 0 {
+			wait = logicalCommitIdle
+		}
 		rctx, cancel := context.WithTimeout(ctx, max(wait, time.Millisecond))
 		raw, err := conn.ReceiveMessage(rctx)
 		cancel()
@@ -354,6 +379,11 @@ func (s *Source) StreamLogical(ctx context.Context, dsn string, o LogicalOptions
 				return ctx.Err()
 			}
 			if pgconn.Timeout(err) {
+				if st.pendingN > 0 {
+					if err := st.commitPending(); err != nil {
+						return err
+					}
+				}
 				continue
 			}
 			return fmt.Errorf("source: logical stream: receive: %w", err)
@@ -410,8 +440,24 @@ type logicalRel struct {
 	kind    relKind
 	model   string
 	col     int // resource_id (meta, index) or uid (data) column
-	dataCol int // a meta table's data column (-1: none)
+	dataCol int // a meta table's or resource_data's data column (-1: none)
+	infoCol int // resource_data's info column (-1: none)
+	uidCol  int // resource_index's uid column (-1: none)
+	revCol  int // resource_index's revision_id column (-1: none)
+	svCol   int // resource_index's schema_version column (-1: none)
 	name    string
+}
+
+// walRevision is a resource_data row as a transaction wrote it, taken
+// from the WAL; info or data is nil when the WAL did not carry it
+// (unchanged TOAST of an UPDATE).
+type walRevision struct {
+	info, data []byte
+}
+
+// walIndex is a resource_index row as a transaction wrote it.
+type walIndex struct {
+	rid, revID, sv, uid string
 }
 
 // change is the last change of a meta row in a transaction.
@@ -431,14 +477,22 @@ type logicalStream struct {
 
 	inTx      bool
 	committed time.Time // the commit time of the transaction being emitted
-	order     []changeKey
-	op        map[changeKey]change
-	idxRID    []string // resource ids of resource_index rows written
-	uids      []string // uids of resource_data rows written
+
+	// The newest transaction emitted but not yet handed to Commit, how
+	// many are pending and since when (see logicalCommitWait).
+	pending      pglogrepl.LSN
+	pendingN     int
+	pendingSince time.Time
+	order        []changeKey
+	op           map[changeKey]change
+	idxRID       []string // resource ids of resource_index rows written
+	uids         []string // uids of resource_data rows written
+	idxRows      []walIndex
+	revs         map[string]walRevision // resource_data rows written, by uid
 }
 
 func (st *logicalStream) relation(m *pglogrepl.RelationMessage) {
-	r := &logicalRel{kind: relOther, col: -1, dataCol: -1, name: m.RelationName}
+	r := &logicalRel{kind: relOther, col: -1, dataCol: -1, infoCol: -1, uidCol: -1, revCol: -1, svCol: -1, name: m.RelationName}
 	col := "resource_id"
 	switch {
 	case st.s.opts.Revisions && m.RelationName == st.s.indexTable:
@@ -454,8 +508,17 @@ func (st *logicalStream) relation(m *pglogrepl.RelationMessage) {
 		if c.Name == col {
 			r.col = i
 		}
-		if c.Name == "data" {
+		switch c.Name {
+		case "data":
 			r.dataCol = i
+		case "info":
+			r.infoCol = i
+		case "uid":
+			r.uidCol = i
+		case "revision_id":
+			r.revCol = i
+		case "schema_version":
+			r.svCol = i
 		}
 	}
 	if r.col < 0 {
@@ -534,8 +597,13 @@ func (st *logicalStream) row(relID uint32, tuple *pglogrepl.TupleData, upsert bo
 	case !upsert: // revisions deleted: nothing to emit
 	case r.kind == relIndex:
 		st.idxRID = append(st.idxRID, v)
+		uid, _ := tupleText(tuple, r.uidCol)
+		rev, _ := tupleText(tuple, r.revCol)
+		sv, _ := tupleText(tuple, r.svCol)
+		st.idxRows = append(st.idxRows, walIndex{rid: v, revID: rev, sv: sv, uid: uid})
 	case r.kind == relData:
 		st.uids = append(st.uids, v)
+		st.revs[v] = walRevision{info: tupleBytea(tuple, r.infoCol), data: tupleBytea(tuple, r.dataCol)}
 	}
 	return nil
 }
@@ -550,6 +618,7 @@ func (st *logicalStream) handle(ctx context.Context, data []byte) error {
 		st.relation(m)
 	case *pglogrepl.BeginMessage:
 		st.inTx, st.order, st.op, st.idxRID, st.uids = true, nil, map[changeKey]change{}, nil, nil
+		st.idxRows, st.revs = nil, map[string]walRevision{}
 	case *pglogrepl.InsertMessage:
 		return st.row(m.RelationID, m.Tuple, true)
 	case *pglogrepl.UpdateMessage:
@@ -576,10 +645,21 @@ func (st *logicalStream) handle(ctx context.Context, data []byte) error {
 		}
 		st.last = lsn
 		if st.h.Commit != nil {
-			return st.h.Commit(lsn)
+			if st.pendingN == 0 {
+				st.pendingSince = time.Now()
+			}
+			st.pending = lsn
+			st.pendingN++
 		}
 	}
 	return nil
+}
+
+// commitPending hands the newest emitted transaction to Commit.
+func (st *logicalStream) commitPending() error {
+	lsn := st.pending
+	st.pending, st.pendingN = 0, 0
+	return st.h.Commit(lsn)
 }
 
 // visibleWait bounds how long emitTx waits for a decoded transaction to
@@ -619,6 +699,9 @@ func (st *logicalStream) emitTx(ctx context.Context, lsn pglogrepl.LSN) error {
 	s := st.s
 	if len(st.order) == 0 && len(st.idxRID) == 0 && len(st.uids) == 0 {
 		return nil
+	}
+	if done, err := st.emitFromWAL(lsn); done || err != nil {
+		return err
 	}
 	if err := s.waitVisible(ctx, st.uids); err != nil {
 		return err
@@ -729,6 +812,102 @@ func (st *logicalStream) emitTx(ctx context.Context, lsn pglogrepl.LSN) error {
 		}
 	}
 	return tx.Commit(ctx)
+}
+
+// emitFromWAL emits a transaction from what the WAL carried, without a
+// query, when that is all of it: every meta row upserted came with its
+// data, every resource_data row written came with its info and data and
+// has its resource_index row in the same transaction, and every revision
+// belongs to a resource whose meta the transaction upserted (SpecStar's
+// create, update, restore and migrate all look like this). Each meta is
+// followed by the revisions the transaction wrote for it, and only those:
+// the earlier ones went out with the snapshot or with their own
+// transactions, so an update costs the same at 10 revisions as at 10,000.
+// It reports false, having emitted nothing, when the transaction needs
+// the read-back path.
+func (st *logicalStream) emitFromWAL(lsn pglogrepl.LSN) (bool, error) {
+	if !st.s.opts.Revisions {
+		return false, nil
+	}
+	metas := map[string]bool{} // resource ids whose meta is upserted with its data
+	for _, k := range st.order {
+		c := st.op[k]
+		if c.upsert && c.data == nil {
+			return false, nil
+		}
+		if c.upsert {
+			metas[k.rid] = true
+		}
+	}
+	byRID := map[string][]walIndex{}
+	seen := map[string]bool{}
+	for _, x := range st.idxRows {
+		r, ok := st.revs[x.uid]
+		if !ok || r.info == nil || r.data == nil || !metas[x.rid] {
+			return false, nil
+		}
+		byRID[x.rid] = append(byRID[x.rid], x)
+		seen[x.uid] = true
+	}
+	for uid := range st.revs {
+		if !seen[uid] {
+			return false, nil
+		}
+	}
+	s := st.s
+	for _, k := range st.order {
+		c := st.op[k]
+		if !c.upsert {
+			continue
+		}
+		table, err := s.metaTable(k.model)
+		if err != nil {
+			return true, err
+		}
+		meta, err := events.DecodeResourceMeta(s.enc, c.data)
+		if err != nil {
+			return true, fmt.Errorf("source: postgres %s row %q: data: %w", table, k.rid, err)
+		}
+		b, err := meta.Encode(events.Msgpack)
+		if err != nil {
+			return true, fmt.Errorf("source: postgres %s row %q: re-encode meta: %w", table, k.rid, err)
+		}
+		if err := st.h.Record(k.model, &events.MetaRecord{Data: b}, lsn); err != nil {
+			return true, err
+		}
+		xs := byRID[k.rid]
+		slices.SortStableFunc(xs, func(a, b walIndex) int {
+			if c := len(a.revID) - len(b.revID); c != 0 {
+				return c
+			}
+			return cmp.Or(strings.Compare(a.revID, b.revID), strings.Compare(a.sv, b.sv))
+		})
+		for _, x := range xs {
+			where := fmt.Sprintf("source: postgres %s row (%q, %q, %q) uid %q", s.indexTable, x.rid, x.revID, x.sv, x.uid)
+			r := st.revs[x.uid]
+			info, err := events.DecodeRevisionInfo(s.enc, r.info)
+			if err != nil {
+				return true, fmt.Errorf("%s: info: %w", where, err)
+			}
+			raw := &events.RawResource{Info: *info, RawData: r.data}
+			b, err := raw.Encode(events.Msgpack)
+			if err != nil {
+				return true, fmt.Errorf("%s: encode: %w", where, err)
+			}
+			if err := st.h.Record(k.model, &events.RevisionRecord{Data: b}, lsn); err != nil {
+				return true, err
+			}
+		}
+	}
+	for _, k := range st.order {
+		if st.op[k].upsert {
+			continue
+		}
+		if err := st.h.Purge(k.model, k.rid, lsn, st.committed); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
 }
 
 // DropLogical drops the slot and the publication if they exist; it exists

@@ -56,6 +56,7 @@ type collector struct {
 	auto      bool
 	metas     map[string][][]byte // model/rid -> meta bytes in order
 	revs      map[string]int      // model/rid -> revision records
+	revData   map[string][]byte   // model/rid/revision_id -> the payload emitted
 	purges    map[string]int
 	commits   []pglogrepl.LSN
 	confirmed pglogrepl.LSN
@@ -63,7 +64,7 @@ type collector struct {
 }
 
 func newCollector(auto bool, start pglogrepl.LSN) *collector {
-	return &collector{auto: auto, metas: map[string][][]byte{}, revs: map[string]int{}, purges: map[string]int{},
+	return &collector{auto: auto, metas: map[string][][]byte{}, revs: map[string]int{}, revData: map[string][]byte{}, purges: map[string]int{},
 		confirmed: start, valid: map[pglogrepl.LSN]bool{start: true}}
 }
 
@@ -86,6 +87,7 @@ func (c *collector) handler() LogicalHandler {
 					return err
 				}
 				c.revs[model+"/"+res.Info.ResourceID]++
+				c.revData[model+"/"+res.Info.ResourceID+"/"+res.Info.RevisionID] = res.RawData
 			}
 			return nil
 		},
@@ -139,6 +141,15 @@ func (c *collector) purged(model, rid string) bool {
 	return c.purges[model+"/"+rid] > 0
 }
 
+// hasRevision reports whether the revision wr wrote was emitted with the
+// payload bytes SpecStar wrote.
+func (c *collector) hasRevision(wr *specstarpg.Written) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	got, ok := c.revData[wr.Model+"/"+wr.Meta.ResourceID+"/"+wr.Info.RevisionID]
+	return ok && bytes.Equal(got, wr.Data)
+}
+
 func (c *collector) revCount(model, rid string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -186,14 +197,14 @@ func mustWrite(t *testing.T) func(*specstarpg.Written, error) *specstarpg.Writte
 	}
 }
 
-// expectEmitted waits until every write's meta bytes were emitted with at
-// least its revision count of revision records.
+// expectEmitted waits until every write's meta bytes were emitted with
+// the revision it wrote (its payload bytes as written).
 func expectEmitted(t *testing.T, c *collector, wrs ...*specstarpg.Written) {
 	t.Helper()
 	for _, wr := range wrs {
 		m, rid := wr.Model, wr.Meta.ResourceID
 		waitFor(t, fmt.Sprintf("the meta of %s %s revision %d", m, rid, wr.Meta.TotalRevisionCount), func() bool {
-			return c.hasMeta(m, rid, wr.MetaData) && c.revCount(m, rid) >= int(wr.Meta.TotalRevisionCount)
+			return c.hasMeta(m, rid, wr.MetaData) && c.hasRevision(wr)
 		})
 	}
 }
@@ -259,6 +270,12 @@ func TestLogicalStream(t *testing.T) {
 	a2 := must(e.w.Update(ctx, "issue", "issue:2", payload("two", 1), specstarpg.Write{By: "editor"}))
 	u1 := must(e.w.Update(ctx, "issue", "issue:1", payload("one", 1), specstarpg.Write{}))
 	expectEmitted(t, c, a, b, a2, u1)
+	// An update carries its own revision, not the resource's history: the
+	// snapshot had issue:1's first revision, the stream only its second;
+	// issue:2's two writes give one revision each.
+	if n, m := c.revCount("issue", "issue:1"), c.revCount("issue", "issue:2"); n != 1 || m != 2 {
+		t.Errorf("revision records emitted: issue:1 %d (want 1, the update's), issue:2 %d (want 2)", n, m)
+	}
 	deleteMeta(t, e, "user", "user:1")
 	waitFor(t, "the purge of user:1", func() bool { return c.purged("user", "user:1") })
 	if c.purged("issue", "issue:1") || c.purged("issue", "issue:2") {
@@ -458,4 +475,39 @@ func TestLogicalDrop(t *testing.T) {
 	if _, err := SlotLag(ctx, e.dsn, e.o); err == nil {
 		t.Error("SlotLag of a dropped slot did not fail")
 	}
+}
+
+// TestLogicalRevisionWithoutMeta: a transaction that writes a revision
+// row but not the meta (the WAL does not describe the whole resource)
+// takes the read-back path: the resource's meta and all its revisions,
+// the new row's included, are emitted.
+func TestLogicalRevisionWithoutMeta(t *testing.T) {
+	ctx := context.Background()
+	e := newLogicalEnv(t)
+	must := mustWrite(t)
+	first := must(e.w.Create(ctx, "issue", "issue:1", payload("one", 0), specstarpg.Write{}))
+	start, err := e.src.SetupLogical(ctx, e.dsn, e.o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start.Close()
+	c := newCollector(true, start.LSN)
+	e.stream(t, start.LSN, c)
+	conn, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	// A copy of the first revision's rows under a new uid and revision id.
+	if _, err := conn.Exec(ctx, `INSERT INTO `+ident(e.w.DataTable())+` (uid, data, info)
+		SELECT 'copy-uid', data, info FROM `+ident(e.w.DataTable())+` WHERE uid = $1`, first.Info.UID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO `+ident(e.w.IndexTable())+` (resource_id, revision_id, schema_version, uid)
+		VALUES ('issue:1', 'copy-rev', '__none__', 'copy-uid')`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "issue:1's meta and both revision rows read back", func() bool {
+		return c.hasMeta("issue", "issue:1", first.MetaData) && c.revCount("issue", "issue:1") >= 2
+	})
 }
