@@ -3,7 +3,6 @@ package stream
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -111,6 +110,13 @@ func (p *Publisher) reapOldest(ctx context.Context) error {
 	case err := <-in.f.Err():
 		p.bus.log.Warn("async publish failed; retrying", "subject", in.msg.Subject, "msg_id", in.msg.Header.Get(events.HeaderMsgID), "err", err)
 		return p.publishSync(ctx, in.msg)
+	case <-time.After(asyncAckWait):
+		// The stream leader that took it may have died before it acked
+		// (the connection itself stayed up, so nats.go fails nothing):
+		// publish it again; its message id makes that safe.
+		p.bus.log.Warn("no acknowledgement of an async publish; publishing it again", "subject", in.msg.Subject,
+			"msg_id", in.msg.Header.Get(events.HeaderMsgID), "waited", asyncAckWait.String())
+		return p.publishSync(ctx, in.msg)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -124,19 +130,24 @@ func (p *Publisher) count(ack *jetstream.PubAck, msg *nats.Msg) {
 	}
 }
 
+// asyncAckWait is how long the oldest async publish may go without an
+// acknowledgement before it is published again synchronously.
+const asyncAckWait = 10 * time.Second
+
+// publishSync publishes msg and waits for its acknowledgement, riding
+// through an unavailable cluster (Bus.Retry); the message id makes a
+// publish repeated after a lost acknowledgement a duplicate JetStream
+// drops.
 func (p *Publisher) publishSync(ctx context.Context, msg *nats.Msg) error {
-	bo := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(2*time.Minute)), ctx)
-	return backoff.Retry(func() error {
-		ack, err := p.bus.JS.PublishMsg(ctx, msg)
-		if err != nil {
-			if errors.Is(err, nats.ErrMaxPayload) {
-				return backoff.Permanent(fmt.Errorf("publish %s: %w", msg.Subject, err))
-			}
-			return fmt.Errorf("publish %s (id %s): %w", msg.Subject, msg.Header.Get(events.HeaderMsgID), err)
-		}
-		p.count(ack, msg)
-		return nil
-	}, bo)
+	what := fmt.Sprintf("publish %s (id %s)", msg.Subject, msg.Header.Get(events.HeaderMsgID))
+	ack, err := Call(ctx, p.bus, what, func(ctx context.Context) (*jetstream.PubAck, error) {
+		return p.bus.JS.PublishMsg(ctx, msg)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	p.count(ack, msg)
+	return nil
 }
 
 // byReference puts env's payload in the object store under its content
