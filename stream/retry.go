@@ -110,7 +110,7 @@ func waitingFor(err error) string {
 	case errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrNoServers), errors.Is(err, nats.ErrStaleConnection):
 		return "the connection to NATS to come back"
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse):
-		return "a stream leader to answer"
+		return "a stream or consumer leader to answer"
 	case errors.Is(err, jetstream.ErrConsumerLeadershipChanged):
 		return "the consumer's new leader"
 	}
@@ -170,15 +170,20 @@ const attemptTimeout = 5 * time.Second
 // DefaultUnavailableTimeout, negative: until ctx ends); mark is told
 // whether each attempt found JetStream available.
 type retryPolicy struct {
-	limit time.Duration
-	log   *slog.Logger
-	mark  func(available bool)
+	limit   time.Duration
+	attempt time.Duration // one attempt's bound (0: attemptTimeout)
+	log     *slog.Logger
+	mark    func(available bool)
 }
 
 func (p retryPolicy) run(ctx context.Context, what string, op func(ctx context.Context) error) error {
 	limit := p.limit
 	if limit == 0 {
 		limit = DefaultUnavailableTimeout
+	}
+	per := p.attempt
+	if per == 0 {
+		per = attemptTimeout
 	}
 	start := time.Now()
 	eb := backoff.NewExponentialBackOff(
@@ -187,7 +192,7 @@ func (p retryPolicy) run(ctx context.Context, what string, op func(ctx context.C
 		backoff.WithMaxElapsedTime(0),
 	)
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		actx, cancel := context.WithTimeout(ctx, per)
 		err := op(actx)
 		cancel()
 		if err == nil {
