@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"syscall"
+	"time"
 
 	"github.com/specstar/replicator/internal/cli"
 	"github.com/specstar/replicator/replicate"
@@ -58,6 +59,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 	var sa sinkArgs
 	sa.register(fs, "what is written (repeatable): disk:/path[?options], postgres://..., s3://bucket/prefix?endpoint=..., or a deployment of --config")
 	fs.BoolVar(&wc.UntilDrained, "until-drained", false, "exit once every sink has applied everything the stream held at start")
+	unavailable := fs.Duration("unavailable-timeout", defaultUnavailable, "with --until-drained: how long to wait for an unavailable JetStream cluster (leader elections, lost quorum) before failing; without it, run waits as long as it takes")
 	listen := fs.String("listen", defaultListen, "address for /metrics, /healthz and /readyz (empty: off; with --until-drained: off unless given)")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
 	pos, code, ok := runCommand.Parse(fs, args, stdout, stderr)
@@ -75,12 +77,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 	if wc.UntilDrained && !given(fs, "listen") {
 		addr = "" // a batch run serves nothing unless asked
 	}
+	bf.cfg.UnavailableTimeout = unavailableTimeout(wc.UntilDrained, *unavailable)
 	bus, err := bf.open(ctx, fs, log, false)
 	if err != nil {
 		return runCommand.Errorf(stderr, exitError, "%v", err)
 	}
 	defer bus.Close()
-	m, err := serveMetrics(ctx, addr, bus.Connected, log)
+	m, err := serveMetrics(ctx, addr, func() bool { return bus.Connected() && bus.Available() }, log)
 	if errors.Is(err, syscall.EADDRINUSE) {
 		return runCommand.Errorf(stderr, exitError, "--listen %s: the address is in use (another replicator run?); give each process its own --listen ADDR, or --listen '' for none", addr)
 	}
@@ -100,6 +103,20 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 		return runCommand.Errorf(stderr, exitError, "%v", err)
 	}
 	return exitOK
+}
+
+// defaultUnavailable is how long `run --until-drained` waits for an
+// unavailable JetStream cluster before it fails.
+const defaultUnavailable = 5 * time.Minute
+
+// unavailableTimeout is the stream's UnavailableTimeout for run: a
+// service never exits for an unavailable cluster (it waits, not ready,
+// until the cluster is back); a batch run waits up to the flag's time.
+func unavailableTimeout(untilDrained bool, flag time.Duration) time.Duration {
+	if !untilDrained || flag <= 0 {
+		return -1
+	}
+	return flag
 }
 
 // given reports whether the flag name was set on fs's command line.
