@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -77,19 +78,29 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 	if wc.UntilDrained && !given(fs, "listen") {
 		addr = "" // a batch run serves nothing unless asked
 	}
-	bf.cfg.UnavailableTimeout = unavailableTimeout(wc.UntilDrained, *unavailable)
-	bus, err := bf.open(ctx, fs, log, false)
-	if err != nil {
-		return runCommand.Errorf(stderr, exitError, "%v", err)
-	}
-	defer bus.Close()
-	m, err := serveMetrics(ctx, addr, func() bool { return bus.Connected() && bus.Available() }, log)
+	// Serve before connecting: /healthz answers while the stream is
+	// still out of reach (a cluster electing leaders), and /readyz says
+	// not ready until it answers.
+	sctx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
+	var opened atomic.Pointer[stream.Bus]
+	m, err := serveMetrics(sctx, addr, func() bool {
+		b := opened.Load()
+		return b != nil && b.Connected() && b.Available()
+	}, log)
 	if errors.Is(err, syscall.EADDRINUSE) {
 		return runCommand.Errorf(stderr, exitError, "--listen %s: the address is in use (another replicator run?); give each process its own --listen ADDR, or --listen '' for none", addr)
 	}
 	if err != nil {
 		return runCommand.Errorf(stderr, exitError, "--listen %s: %v", addr, err)
 	}
+	bf.cfg.UnavailableTimeout = unavailableTimeout(wc.UntilDrained, *unavailable)
+	bus, err := bf.open(ctx, fs, log, false)
+	if err != nil {
+		return runCommand.Errorf(stderr, exitError, "%v", err)
+	}
+	defer bus.Close()
+	opened.Store(bus)
 	workers, err := runWorkers(ctx, bus, specs, wc, m, log)
 	sums := summaries(specs, workers)
 	if *asJSON {

@@ -355,6 +355,75 @@ func TestClusterLeaderKilled(t *testing.T) {
 	})
 }
 
+// TestClusterQuorumLost: with two of three servers down (no quorum, no
+// meta leader), `replicator run` as a service keeps running, /healthz
+// answers and /readyz says not ready until the cluster is back, then
+// ready; `run --until-drained` gives up after --unavailable-timeout,
+// saying so.
+func TestClusterQuorumLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a three-node cluster and the commands as processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	replBin := buildBinary(t, "../replicator")
+	c := natscluster.Start(t, 3)
+	bus, err := stream.Open(ctx, stream.Config{URL: c.URLs(), Replicas: 3}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus.Close()
+	c.Kill(0)
+	c.Kill(1)
+
+	listen := freeAddr(t)
+	var svcLog, batchLog syncBuffer
+	svc := exec.Command(replBin, "run", "--nats", c.URLs(), "--listen", listen, "--to", filepath.Join(t.TempDir(), "svc")+"?name=svc")
+	svcExited := e2eStart(t, svc, os.Environ(), &svcLog)
+	began := time.Now()
+	batch := exec.Command(replBin, "run", "--nats", c.URLs(), "--until-drained", "--unavailable-timeout", "3s", "--listen", "",
+		"--to", filepath.Join(t.TempDir(), "batch")+"?name=batch")
+	batchExited := e2eStart(t, batch, os.Environ(), &batchLog)
+	select {
+	case <-batchExited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("run --until-drained --unavailable-timeout 3s still runs after 60 s without a quorum:\n%s", lastLines(batchLog.String(), 20))
+	}
+	if code := batch.ProcessState.ExitCode(); code != exitError || !strings.Contains(batchLog.String(), "--unavailable-timeout") {
+		t.Errorf("run --until-drained without a quorum: exit %d after %s, want %d naming --unavailable-timeout:\n%s",
+			code, time.Since(began).Round(time.Millisecond), exitError, lastLines(batchLog.String(), 20))
+	}
+	time.Sleep(time.Until(began.Add(8 * time.Second)))
+	select {
+	case <-svcExited:
+		t.Fatalf("run (a service) exited without a quorum:\n%s", lastLines(svcLog.String(), 20))
+	default:
+	}
+	status := func(path string) int {
+		resp, err := (&http.Client{Timeout: time.Second}).Get("http://" + listen + path)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if h, r := status("/healthz"), status("/readyz"); h != http.StatusOK || r != http.StatusServiceUnavailable {
+		t.Errorf("without a quorum: /healthz %d, /readyz %d; want 200 and 503", h, r)
+	}
+	c.Restart(0)
+	c.Restart(1)
+	for status("/readyz") != http.StatusOK {
+		select {
+		case <-svcExited:
+			t.Fatalf("run (a service) exited:\n%s", lastLines(svcLog.String(), 20))
+		case <-ctx.Done():
+			t.Fatalf("/readyz not ready 2 min after the cluster came back:\n%s", lastLines(svcLog.String(), 20))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	t.Logf("the service waited and became ready; its log:\n%s", grepLines(svcLog.String(), "WARN", "available"))
+}
+
 // checkSink runs `replicator verify` of tree against the archive (exit 0)
 // and compares it with the clean run's tree.
 func checkSink(ctx context.Context, t *testing.T, replBin string, c *natscluster.Cluster, archive, tree, cleanTree string) {
