@@ -38,8 +38,9 @@ type Publisher struct {
 }
 
 type inflight struct {
-	f   jetstream.PubAckFuture
-	msg *nats.Msg
+	f    jetstream.PubAckFuture
+	msg  *nats.Msg
+	sent time.Time
 }
 
 // NewPublisher returns a publisher with at most maxInflight unacknowledged
@@ -80,7 +81,7 @@ func (p *Publisher) Publish(ctx context.Context, env *events.Envelope) error {
 			return err
 		}
 	} else {
-		p.pending = append(p.pending, inflight{f: f, msg: msg})
+		p.pending = append(p.pending, inflight{f: f, msg: msg, sent: time.Now()})
 	}
 	for len(p.pending) >= p.max {
 		if err := p.reapOldest(ctx); err != nil {
@@ -103,6 +104,10 @@ func (p *Publisher) Flush(ctx context.Context) error {
 func (p *Publisher) reapOldest(ctx context.Context) error {
 	in := p.pending[0]
 	p.pending = p.pending[1:]
+	// Counted from the publish, so that the acks lost together with one
+	// stream leader all run out together, not one after the other.
+	timeout := time.NewTimer(time.Until(in.sent.Add(asyncAckWait)))
+	defer timeout.Stop()
 	select {
 	case ack := <-in.f.Ok():
 		p.count(ack, in.msg)
@@ -110,7 +115,7 @@ func (p *Publisher) reapOldest(ctx context.Context) error {
 	case err := <-in.f.Err():
 		p.bus.log.Warn("async publish failed; retrying", "subject", in.msg.Subject, "msg_id", in.msg.Header.Get(events.HeaderMsgID), "err", err)
 		return p.publishSync(ctx, in.msg)
-	case <-time.After(asyncAckWait):
+	case <-timeout.C:
 		// The stream leader that took it may have died before it acked
 		// (the connection itself stayed up, so nats.go fails nothing):
 		// publish it again; its message id makes that safe.
@@ -130,8 +135,9 @@ func (p *Publisher) count(ack *jetstream.PubAck, msg *nats.Msg) {
 	}
 }
 
-// asyncAckWait is how long the oldest async publish may go without an
-// acknowledgement before it is published again synchronously.
+// asyncAckWait is how long an async publish may go without an
+// acknowledgement (from when it was sent) before it is published again
+// synchronously.
 const asyncAckWait = 10 * time.Second
 
 // publishSync publishes msg and waits for its acknowledgement, riding
