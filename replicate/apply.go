@@ -105,20 +105,8 @@ func (w *Worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, err
 	if err := w.retry(ctx, "flush", func() error { return w.snk.Flush(ctx) }); err != nil {
 		return last, err
 	}
-	for i, msg := range msgs {
-		var err error
-		if i == len(msgs)-1 {
-			// Wait for the server to confirm the last ack of the batch, so
-			// a clean stop never leaves acked-but-unconfirmed work behind.
-			err = msg.DoubleAck(ctx)
-		} else {
-			err = msg.Ack()
-		}
-		if err != nil {
-			// The write is durable and idempotent: a lost ack only means a
-			// redelivery that changes nothing.
-			w.log.Warn("ack failed", "sink", name, "err", err)
-		}
+	w.ack(ctx, msgs)
+	for _, msg := range msgs {
 		if md, err := msg.Metadata(); err == nil {
 			last = max(last, md.Sequence.Stream)
 		}
@@ -127,6 +115,45 @@ func (w *Worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, err
 	w.m.lastSeq.WithLabelValues(name).Set(float64(last))
 	w.m.batch.WithLabelValues(name).Observe(time.Since(start).Seconds())
 	return last, nil
+}
+
+// ackConfirmWait bounds how long a batch's acks are sent again while the
+// server does not confirm them (a consumer leader lost with them).
+const ackConfirmWait = 30 * time.Second
+
+// ack acknowledges a batch and waits for the server to confirm the last
+// ack, so a clean stop never leaves acked-but-unconfirmed work behind.
+// While the confirmation fails for an unavailable cluster (the consumer's
+// leader died and took the earlier acks with it), it sends every ack of
+// the batch again, for up to ackConfirmWait; acks are idempotent. After
+// that the writes, durable and idempotent, are simply redelivered after
+// AckWait and change nothing.
+func (w *Worker) ack(ctx context.Context, msgs []jetstream.Msg) {
+	for _, msg := range msgs[:len(msgs)-1] {
+		if err := msg.Ack(); err != nil {
+			w.log.Warn("ack failed", "sink", w.opts.Name, "err", err)
+		}
+	}
+	last := msgs[len(msgs)-1]
+	cctx, cancel := context.WithTimeout(ctx, ackConfirmWait)
+	defer cancel()
+	again := false
+	err := w.bus.Retry(cctx, "consumer "+w.opts.Name+" ack", func(actx context.Context) error {
+		if again {
+			for _, msg := range msgs[:len(msgs)-1] {
+				_ = w.bus.NC.Publish(msg.Reply(), []byte("+ACK")) // nats.go acks a message once only
+			}
+		}
+		again = true
+		err := last.DoubleAck(actx)
+		if errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			return nil
+		}
+		return err
+	})
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("ack not confirmed; the batch will be redelivered after --ack-wait and change nothing", "sink", w.opts.Name, "err", err)
+	}
 }
 
 // retry runs op until it succeeds, fails permanently, or ctx ends,

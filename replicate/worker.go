@@ -169,10 +169,18 @@ func (w *Worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
 	} else {
 		cfg.FilterSubjects = f
 	}
-	if _, err := w.bus.Stream.Consumer(ctx, w.opts.Name); errors.Is(err, jetstream.ErrConsumerNotFound) {
+	_, err := stream.Call(ctx, w.bus, "consumer "+w.opts.Name+" info", func(ctx context.Context) (jetstream.Consumer, error) {
+		return w.bus.Stream.Consumer(ctx, w.opts.Name)
+	})
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
 		w.fresh = true // a new sink: it has seen nothing yet
+	case err != nil:
+		return nil, fmt.Errorf("consumer %s: %w", w.opts.Name, err)
 	}
-	c, err := w.bus.Stream.CreateOrUpdateConsumer(ctx, cfg)
+	c, err := stream.Call(ctx, w.bus, "consumer "+w.opts.Name+" create or update", func(ctx context.Context) (jetstream.Consumer, error) {
+		return w.bus.Stream.CreateOrUpdateConsumer(ctx, cfg)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", w.opts.Name, err)
 	}
@@ -196,7 +204,7 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 		if target, err = w.drainTarget(ctx); err != nil {
 			return err
 		}
-		if ci, err := cons.Info(ctx); err == nil {
+		if ci, err := w.consumerInfo(ctx, cons); err == nil {
 			meter = progress.NewCount("sink "+w.opts.Display, int64(ci.NumPending)+int64(ci.NumAckPending), w.log)
 			defer func() { meter.Stop(runErr) }()
 		}
@@ -261,6 +269,9 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			if ue := (*stream.UnavailableError)(nil); errors.As(err, &ue) {
+				return err // waited the whole --unavailable-timeout
+			}
 			w.log.Warn("fetch failed; retrying", "sink", w.opts.Name, "err", err)
 			sleep(ctx, time.Second)
 			continue
@@ -295,9 +306,9 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 // after MirrorWait, and the log says which.
 func (w *Worker) drainTarget(ctx context.Context) (uint64, error) {
 	last := func() (uint64, error) {
-		info, err := w.bus.Stream.Info(ctx)
+		info, err := w.streamInfo(ctx)
 		if err != nil {
-			return 0, fmt.Errorf("stream %s info: %w", w.bus.Config().Stream, err)
+			return 0, err
 		}
 		return info.State.LastSeq, nil
 	}
@@ -363,13 +374,13 @@ func (w *Worker) checkGap(ctx context.Context, cons jetstream.Consumer) error {
 	if len(w.opts.Models) > 0 {
 		return nil
 	}
-	sinfo, err := w.bus.Stream.Info(ctx)
+	sinfo, err := w.streamInfo(ctx)
 	if err != nil {
-		return fmt.Errorf("stream info: %w", err)
+		return err
 	}
-	cinfo, err := cons.Info(ctx)
+	cinfo, err := w.consumerInfo(ctx, cons)
 	if err != nil {
-		return fmt.Errorf("consumer info: %w", err)
+		return err
 	}
 	// A new consumer starts with its floor just below the stream's first
 	// event, but the sink has seen nothing: its floor is 0.
@@ -444,14 +455,25 @@ func batchAfter(c Config, size, got int, pending uint64, n int64) int {
 // fetch returns the next batch: it waits up to a second for the first
 // event, then takes whatever else is already there, up to size, so a
 // trickle of events is applied at once and a backlog in full batches.
+// A fetch that fails for an unavailable cluster (no consumer leader, a
+// leadership change) waits for it (stream.Bus.Retry).
 func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, size int) ([]jetstream.Msg, error) {
-	var msgs []jetstream.Msg
-	first, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+	msgs, err := stream.Call(ctx, w.bus, "consumer "+w.opts.Name+" fetch", func(context.Context) ([]jetstream.Msg, error) {
+		var msgs []jetstream.Msg
+		first, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return nil, err
+		}
+		for m := range first.Messages() {
+			msgs = append(msgs, m)
+		}
+		if err := first.Error(); err != nil && len(msgs) == 0 && !errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, err
+		}
+		return msgs, nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	for m := range first.Messages() {
-		msgs = append(msgs, m)
 	}
 	if len(msgs) == 0 || size <= 1 {
 		return msgs, nil
@@ -475,12 +497,36 @@ func (w *Worker) drained(ctx context.Context, cons jetstream.Consumer, target ui
 	if target == 0 {
 		return true, nil
 	}
-	info, err := cons.Info(ctx)
+
+	info, err := w.consumerInfo(ctx, cons)
 	if err != nil {
-		return false, fmt.Errorf("consumer info: %w", err)
+		return false, err
 	}
 	w.m.pending.WithLabelValues(w.opts.Name).Set(float64(info.NumPending))
 	return info.AckFloor.Stream >= target || (info.NumPending == 0 && info.NumAckPending == 0), nil
+}
+
+// streamInfo reads the event stream's state, riding through an
+// unavailable cluster.
+func (w *Worker) streamInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
+	name := w.bus.Config().Stream
+	info, err := stream.Call(ctx, w.bus, "stream "+name+" info", func(ctx context.Context) (*jetstream.StreamInfo, error) {
+		return w.bus.Stream.Info(ctx)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stream %s info: %w", name, err)
+	}
+	return info, nil
+}
+
+// consumerInfo reads the sink's consumer's state, riding through an
+// unavailable cluster.
+func (w *Worker) consumerInfo(ctx context.Context, cons jetstream.Consumer) (*jetstream.ConsumerInfo, error) {
+	info, err := stream.Call(ctx, w.bus, "consumer "+w.opts.Name+" info", cons.Info)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s info: %w", w.opts.Name, err)
+	}
+	return info, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -3,7 +3,6 @@ package stream
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -39,8 +38,9 @@ type Publisher struct {
 }
 
 type inflight struct {
-	f   jetstream.PubAckFuture
-	msg *nats.Msg
+	f    jetstream.PubAckFuture
+	msg  *nats.Msg
+	sent time.Time
 }
 
 // NewPublisher returns a publisher with at most maxInflight unacknowledged
@@ -81,7 +81,7 @@ func (p *Publisher) Publish(ctx context.Context, env *events.Envelope) error {
 			return err
 		}
 	} else {
-		p.pending = append(p.pending, inflight{f: f, msg: msg})
+		p.pending = append(p.pending, inflight{f: f, msg: msg, sent: time.Now()})
 	}
 	for len(p.pending) >= p.max {
 		if err := p.reapOldest(ctx); err != nil {
@@ -104,12 +104,23 @@ func (p *Publisher) Flush(ctx context.Context) error {
 func (p *Publisher) reapOldest(ctx context.Context) error {
 	in := p.pending[0]
 	p.pending = p.pending[1:]
+	// Counted from the publish, so that the acks lost together with one
+	// stream leader all run out together, not one after the other.
+	timeout := time.NewTimer(time.Until(in.sent.Add(asyncAckWait)))
+	defer timeout.Stop()
 	select {
 	case ack := <-in.f.Ok():
 		p.count(ack, in.msg)
 		return nil
 	case err := <-in.f.Err():
 		p.bus.log.Warn("async publish failed; retrying", "subject", in.msg.Subject, "msg_id", in.msg.Header.Get(events.HeaderMsgID), "err", err)
+		return p.publishSync(ctx, in.msg)
+	case <-timeout.C:
+		// The stream leader that took it may have died before it acked
+		// (the connection itself stayed up, so nats.go fails nothing):
+		// publish it again; its message id makes that safe.
+		p.bus.log.Warn("no acknowledgement of an async publish; publishing it again", "subject", in.msg.Subject,
+			"msg_id", in.msg.Header.Get(events.HeaderMsgID), "waited", asyncAckWait.String())
 		return p.publishSync(ctx, in.msg)
 	case <-ctx.Done():
 		return ctx.Err()
@@ -124,19 +135,25 @@ func (p *Publisher) count(ack *jetstream.PubAck, msg *nats.Msg) {
 	}
 }
 
+// asyncAckWait is how long an async publish may go without an
+// acknowledgement (from when it was sent) before it is published again
+// synchronously.
+const asyncAckWait = 10 * time.Second
+
+// publishSync publishes msg and waits for its acknowledgement, riding
+// through an unavailable cluster (Bus.Retry); the message id makes a
+// publish repeated after a lost acknowledgement a duplicate JetStream
+// drops.
 func (p *Publisher) publishSync(ctx context.Context, msg *nats.Msg) error {
-	bo := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(2*time.Minute)), ctx)
-	return backoff.Retry(func() error {
-		ack, err := p.bus.JS.PublishMsg(ctx, msg)
-		if err != nil {
-			if errors.Is(err, nats.ErrMaxPayload) {
-				return backoff.Permanent(fmt.Errorf("publish %s: %w", msg.Subject, err))
-			}
-			return fmt.Errorf("publish %s (id %s): %w", msg.Subject, msg.Header.Get(events.HeaderMsgID), err)
-		}
-		p.count(ack, msg)
-		return nil
-	}, bo)
+	what := fmt.Sprintf("publish %s (id %s)", msg.Subject, msg.Header.Get(events.HeaderMsgID))
+	ack, err := Call(ctx, p.bus, what, func(ctx context.Context) (*jetstream.PubAck, error) {
+		return p.bus.JS.PublishMsg(ctx, msg)
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	p.count(ack, msg)
+	return nil
 }
 
 // byReference puts env's payload in the object store under its content

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -82,6 +83,12 @@ type Config struct {
 	// missing event stream is an error that lists the streams there. For
 	// commands that only look (status, dlq list, verify).
 	ReadOnly bool
+	// UnavailableTimeout bounds how long a call to the JetStream API waits
+	// for an unavailable cluster (leader elections, a lost quorum) before
+	// it fails (Retry): 0 is DefaultUnavailableTimeout, a negative value
+	// waits until the context ends (a service that must never exit for
+	// it).
+	UnavailableTimeout time.Duration
 }
 
 // Settings are the names of the stream settings a Config can give, as
@@ -143,6 +150,8 @@ type Bus struct {
 	// token is the embedded server's client token (empty for an external
 	// server).
 	token string
+	// unavailable is set while retried JetStream calls wait (Available).
+	unavailable atomic.Bool
 }
 
 // Open connects (starting the embedded server if cfg.URL is empty) and
@@ -338,7 +347,7 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 		return err
 	}
 	if b.cfg.MirrorOf != "" { // given, or adopted from the stream
-		ai, err := b.JS.AccountInfo(ctx)
+		ai, err := Call(ctx, b, "JetStream account info", b.JS.AccountInfo)
 		if err != nil {
 			return fmt.Errorf("stream %s: JetStream account info: %w", b.cfg.Stream, err)
 		}
@@ -355,7 +364,7 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 	if b.cfg.ReadOnly {
 		return nil // the dead-letter stream may be missing: then it holds none
 	}
-	if _, err := b.JS.Stream(ctx, b.DLQStream()); errors.Is(err, jetstream.ErrStreamNotFound) {
+	if _, err := b.stream(ctx, b.DLQStream()); errors.Is(err, jetstream.ErrStreamNotFound) {
 		dcfg := jetstream.StreamConfig{
 			Name:        b.DLQStream(),
 			Description: "SpecStar events a sink could not apply, with the reason",
@@ -364,7 +373,7 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 			Replicas:    b.cfg.Replicas,
 			MaxBytes:    -1,
 		}
-		if _, err := b.JS.CreateStream(ctx, dcfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		if _, err := b.createStream(ctx, dcfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return fmt.Errorf("stream %s: %w", dcfg.Name, err)
 		}
 	} else if err != nil {
@@ -378,13 +387,13 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 // changed: a setting in cfg.Given that differs from it is an error, and
 // the settings not given are adopted from it.
 func (b *Bus) openOrCreate(ctx context.Context, want jetstream.StreamConfig) (created bool, err error) {
-	st, err := b.JS.Stream(ctx, want.Name)
+	st, err := b.stream(ctx, want.Name)
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		if b.cfg.ReadOnly {
 			return false, b.noStream(ctx, want.Name)
 		}
-		if b.Stream, err = b.JS.CreateStream(ctx, want); errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		if b.Stream, err = b.createStream(ctx, want); errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return b.openOrCreate(ctx, want) // another process was quicker
 		} else if err != nil {
 			return false, fmt.Errorf("stream %s: create: %w", want.Name, err)
@@ -493,7 +502,9 @@ func (b *Bus) Apply(ctx context.Context, change Config) (jetstream.StreamConfig,
 	if err != nil {
 		return jetstream.StreamConfig{}, err
 	}
-	st, err := b.JS.CreateOrUpdateStream(ctx, want)
+	st, err := Call(ctx, b, "stream "+want.Name+" create or update", func(ctx context.Context) (jetstream.Stream, error) {
+		return b.JS.CreateOrUpdateStream(ctx, want)
+	})
 	if err != nil {
 		return jetstream.StreamConfig{}, fmt.Errorf("stream %s: %w", want.Name, err)
 	}
@@ -529,7 +540,9 @@ func (b *Bus) ensureBlobMirror(ctx context.Context) error {
 		AllowDirect: true,
 		Mirror:      &jetstream.StreamSource{Name: name, External: b.cfg.external()},
 	}
-	if _, err := b.JS.CreateOrUpdateStream(ctx, ocfg); err != nil {
+	if _, err := Call(ctx, b, "stream "+name+" create or update", func(ctx context.Context) (jetstream.Stream, error) {
+		return b.JS.CreateOrUpdateStream(ctx, ocfg)
+	}); err != nil {
 		return fmt.Errorf("stream %s (mirror of blob bucket %s): %w", name, b.BlobBucket(), err)
 	}
 	return nil
@@ -537,13 +550,17 @@ func (b *Bus) ensureBlobMirror(ctx context.Context) error {
 
 // Blobs returns the blob object store, creating it if needed.
 func (b *Bus) Blobs(ctx context.Context) (jetstream.ObjectStore, error) {
-	obj, err := b.JS.ObjectStore(ctx, b.BlobBucket())
+	obj, err := Call(ctx, b, "object store "+b.BlobBucket(), func(ctx context.Context) (jetstream.ObjectStore, error) {
+		return b.JS.ObjectStore(ctx, b.BlobBucket())
+	})
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		obj, err = b.JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-			Bucket:      b.BlobBucket(),
-			Description: "SpecStar blobs too large for one message, by file_id",
-			Storage:     jetstream.FileStorage,
-			Replicas:    b.cfg.Replicas,
+		obj, err = Call(ctx, b, "object store "+b.BlobBucket()+" create", func(ctx context.Context) (jetstream.ObjectStore, error) {
+			return b.JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+				Bucket:      b.BlobBucket(),
+				Description: "SpecStar blobs too large for one message, by file_id",
+				Storage:     jetstream.FileStorage,
+				Replicas:    b.cfg.Replicas,
+			})
 		})
 	}
 	if err != nil {
@@ -687,14 +704,18 @@ func RedactURL(raw string) string {
 // neither loses nor re-sends more than the unacknowledged tail.
 func (b *Bus) Positions(ctx context.Context) (jetstream.KeyValue, error) {
 	name := b.cfg.Stream + "_POSITIONS"
-	kv, err := b.JS.KeyValue(ctx, name)
+	kv, err := Call(ctx, b, "key-value bucket "+name, func(ctx context.Context) (jetstream.KeyValue, error) {
+		return b.JS.KeyValue(ctx, name)
+	})
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      name,
-			Description: "publisher positions (snapshot progress, tail cursors)",
-			Storage:     jetstream.FileStorage,
-			Replicas:    b.cfg.Replicas,
-			History:     1,
+		kv, err = Call(ctx, b, "key-value bucket "+name+" create", func(ctx context.Context) (jetstream.KeyValue, error) {
+			return b.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket:      name,
+				Description: "publisher positions (snapshot progress, tail cursors)",
+				Storage:     jetstream.FileStorage,
+				Replicas:    b.cfg.Replicas,
+				History:     1,
+			})
 		})
 	}
 	if err != nil {

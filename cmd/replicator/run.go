@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/specstar/replicator/internal/cli"
 	"github.com/specstar/replicator/replicate"
@@ -60,6 +62,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 	var sa sinkArgs
 	sa.register(fs, "what is written (repeatable): disk:/path[?options], postgres://..., s3://bucket/prefix?endpoint=..., or a deployment of --config")
 	fs.BoolVar(&wc.UntilDrained, "until-drained", false, "exit once every sink has applied everything the stream held at start")
+	unavailable := fs.Duration("unavailable-timeout", defaultUnavailable, "with --until-drained: how long to wait for an unavailable JetStream cluster (leader elections, lost quorum) before failing; without it, run waits as long as it takes")
 	listen := fs.String("listen", defaultListen, "address for /metrics, /healthz and /readyz (empty: off; with --until-drained: off unless given)")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
 	pos, code, ok := runCommand.Parse(fs, args, stdout, stderr)
@@ -77,18 +80,29 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 	if wc.UntilDrained && !given(fs, "listen") {
 		addr = "" // a batch run serves nothing unless asked
 	}
-	bus, err := bf.open(ctx, fs, log, false)
-	if err != nil {
-		return runCommand.Errorf(stderr, exitError, "%v", err)
-	}
-	defer bus.Close()
-	m, err := serveMetrics(ctx, addr, bus.Connected, log)
+	// Serve before connecting: /healthz answers while the stream is
+	// still out of reach (a cluster electing leaders), and /readyz says
+	// not ready until it answers.
+	sctx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
+	var opened atomic.Pointer[stream.Bus]
+	m, err := serveMetrics(sctx, addr, func() bool {
+		b := opened.Load()
+		return b != nil && b.Connected() && b.Available()
+	}, log)
 	if errors.Is(err, syscall.EADDRINUSE) {
 		return runCommand.Errorf(stderr, exitError, "--listen %s: the address is in use (another replicator run?); give each process its own --listen ADDR, or --listen '' for none", addr)
 	}
 	if err != nil {
 		return runCommand.Errorf(stderr, exitError, "--listen %s: %v", addr, err)
 	}
+	bf.cfg.UnavailableTimeout = unavailableTimeout(wc.UntilDrained, *unavailable)
+	bus, err := bf.open(ctx, fs, log, false)
+	if err != nil {
+		return runCommand.Errorf(stderr, exitError, "%v", err)
+	}
+	defer bus.Close()
+	opened.Store(bus)
 	workers, err := runWorkers(ctx, bus, specs, wc, m, log)
 	sums := summaries(specs, workers)
 	if *asJSON {
@@ -102,6 +116,20 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 		return runCommand.Errorf(stderr, exitError, "%v", err)
 	}
 	return exitOK
+}
+
+// defaultUnavailable is how long `run --until-drained` waits for an
+// unavailable JetStream cluster before it fails.
+const defaultUnavailable = 5 * time.Minute
+
+// unavailableTimeout is the stream's UnavailableTimeout for run: a
+// service never exits for an unavailable cluster (it waits, not ready,
+// until the cluster is back); a batch run waits up to the flag's time.
+func unavailableTimeout(untilDrained bool, flag time.Duration) time.Duration {
+	if !untilDrained || flag <= 0 {
+		return -1
+	}
+	return flag
 }
 
 // given reports whether the flag name was set on fs's command line.
