@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,11 +173,7 @@ func BenchmarkDirectDisk(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	type rev struct {
-		uid, rid, revID string
-		info, data      []byte
-	}
-	var revs []rev
+	var revs []directRev
 	for f, err := range acbak.NewReader(bytes.NewReader(data), acbak.Options{}).All() {
 		if err != nil {
 			b.Fatal(err)
@@ -183,9 +181,28 @@ func BenchmarkDirectDisk(b *testing.B) {
 		if rr, ok := f.Record.(*events.RevisionRecord); ok {
 			res, _ := rr.Resource()
 			info, _ := res.Info.Encode(events.JSON)
-			revs = append(revs, rev{res.Info.UID, res.Info.ResourceID, res.Info.RevisionID, info, res.RawData})
+			revs = append(revs, directRev{res.Info.UID, res.Info.ResourceID, res.Info.RevisionID, info, res.RawData})
 		}
 	}
+	for b.Loop() {
+		if err := writeDurably(filepath.Join(b.TempDir(), "model0", "data"), revs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	report(b, size)
+}
+
+// directRev is one revision as BenchmarkDirectDisk writes it.
+type directRev struct {
+	uid, rid, revID string
+	info, data      []byte
+}
+
+// writeDurably is BenchmarkDirectDisk's baseline: the store files and
+// index entries of revs written below root (a model's data directory)
+// with the sink's sync=file durability (temp file, fsync, rename per
+// file; the new directories synced), 16 writers per batch of 256.
+func writeDurably(root string, revs []directRev) error {
 	writeFile := func(path string, p []byte) error {
 		tmp := path + ".tmp"
 		f, err := os.Create(tmp)
@@ -203,42 +220,43 @@ func BenchmarkDirectDisk(b *testing.B) {
 			d.Close()
 		}
 	}
-	for b.Loop() {
-		root := filepath.Join(b.TempDir(), "model0", "data")
-		for start := 0; start < len(revs); start += 256 {
-			batch := revs[start:min(start+256, len(revs))]
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, 16)
-			for _, r := range batch {
-				sem <- struct{}{}
-				wg.Add(1)
-				go func() {
-					defer func() { <-sem; wg.Done() }()
-					store := filepath.Join(root, "store", r.uid)
-					idx := filepath.Join(root, "resource", r.rid, r.revID, "no_ver")
-					os.MkdirAll(store, 0o755)
-					os.MkdirAll(idx, 0o755)
-					if writeFile(filepath.Join(store, "data"), r.data) != nil ||
-						writeFile(filepath.Join(store, "info"), r.info) != nil {
-						b.Error("write failed")
-						return
-					}
-					syncDir(store)
-					syncDir(filepath.Dir(store))
-					if writeFile(filepath.Join(idx, "uid"), []byte(r.uid)) != nil {
-						b.Error("write failed")
-					}
-				}()
-			}
-			wg.Wait()
-			for _, r := range batch { // the index directories, once per batch
+	var failed atomic.Bool
+	for start := 0; start < len(revs); start += 256 {
+		batch := revs[start:min(start+256, len(revs))]
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16)
+		for _, r := range batch {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				store := filepath.Join(root, "store", r.uid)
 				idx := filepath.Join(root, "resource", r.rid, r.revID, "no_ver")
-				syncDir(idx)
-				syncDir(filepath.Dir(idx))
-			}
+				os.MkdirAll(store, 0o755)
+				os.MkdirAll(idx, 0o755)
+				if writeFile(filepath.Join(store, "data"), r.data) != nil ||
+					writeFile(filepath.Join(store, "info"), r.info) != nil {
+					failed.Store(true)
+					return
+				}
+				syncDir(store)
+				syncDir(filepath.Dir(store))
+				if writeFile(filepath.Join(idx, "uid"), []byte(r.uid)) != nil {
+					failed.Store(true)
+				}
+			}()
+		}
+		wg.Wait()
+		for _, r := range batch { // the index directories, once per batch
+			idx := filepath.Join(root, "resource", r.rid, r.revID, "no_ver")
+			syncDir(idx)
+			syncDir(filepath.Dir(idx))
 		}
 	}
-	report(b, size)
+	if failed.Load() {
+		return errors.New("a write failed")
+	}
+	return nil
 }
 
 // BenchmarkMirrorPeakRSS runs the built replicator binary's mirror on
