@@ -119,6 +119,14 @@ func (c *collector) confirmLocked(lsn pglogrepl.LSN) {
 	c.valid[lsn] = true
 }
 
+// committedPast reports whether a commit after lsn was handed over:
+// commits come in batches, a little after their records.
+func (c *collector) committedPast(lsn pglogrepl.LSN) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.commits) > 0 && c.commits[len(c.commits)-1] > lsn
+}
+
 func (c *collector) confirmAll() pglogrepl.LSN {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -389,6 +397,7 @@ func TestLogicalRestart(t *testing.T) {
 		}
 		time.Sleep(30 * time.Millisecond)
 	}
+	waitFor(t, "a's commit", func() bool { return c.committedPast(start.LSN) })
 	l1 := c.confirmAll()
 	waitFor(t, "the slot to reach the confirmed LSN", func() bool { return check() == l1 })
 	b := must(e.w.Create(ctx, "issue", "b", payload("b", 0), specstarpg.Write{}))
@@ -416,6 +425,7 @@ func TestLogicalRestart(t *testing.T) {
 	if c2.hasMeta("issue", "a", a.MetaData) {
 		t.Error("the confirmed change to a was emitted again after the restart")
 	}
+	waitFor(t, "the commits after the restart", func() bool { return c2.committedPast(l1) })
 	l2 := c2.confirmAll()
 	if l2 <= l1 {
 		t.Fatalf("confirmed %s after the restart, not beyond %s", l2, l1)
