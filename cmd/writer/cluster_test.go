@@ -9,7 +9,6 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/freeport"
 	"github.com/specstar/replicator/internal/natscluster"
 	"github.com/specstar/replicator/internal/synth"
 	"github.com/specstar/replicator/internal/testfixtures"
@@ -461,12 +461,7 @@ func watchReady(ctx context.Context, addr string, exited <-chan struct{}, notRea
 // freeAddr is a loopback address nothing listens on now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return freeport.Addr(t)
 }
 
 // grepLines keeps the log lines holding any of words.

@@ -3,7 +3,6 @@ package k8s_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,19 +15,18 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/specstar/replicator/internal/freeport"
 )
 
-// freePorts reserves n loopback ports and releases them for the caller.
+// freePorts reserves n loopback ports for the test (outside the
+// ephemeral range, so no outgoing connection takes one before its server
+// binds).
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
 	var ports []int
 	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-		defer ln.Close()
+		ports = append(ports, freeport.Take(t))
 	}
 	return ports
 }

@@ -21,6 +21,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/specstar/replicator/internal/freeport"
 )
 
 // BinaryEnv names the nats-server binary to run (default: nats-server on
@@ -80,9 +82,9 @@ func Start(tb testing.TB, n int) *Cluster {
 	for i := range n {
 		c.Nodes = append(c.Nodes, &Node{
 			Name:        fmt.Sprintf("n%d", i+1),
-			Port:        freePort(tb),
-			ClusterPort: freePort(tb),
-			MonitorPort: freePort(tb),
+			Port:        freeport.Take(tb),
+			ClusterPort: freeport.Take(tb),
+			MonitorPort: freeport.Take(tb),
 			StoreDir:    filepath.Join(dir, fmt.Sprintf("n%d", i+1), "store"),
 			Log:         filepath.Join(dir, fmt.Sprintf("n%d", i+1), "server.log"),
 		})
@@ -315,16 +317,6 @@ func (c *Cluster) Local(ctx context.Context, i int, stream string) (st LocalStat
 		}
 	}
 	return st, false, nil
-}
-
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // LogTail is the end of node i's log, for a failure message.

@@ -4,7 +4,6 @@ package pgtest
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -12,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+
+	"github.com/specstar/replicator/internal/freeport"
 )
 
 // LogicalCluster starts a throwaway Postgres cluster with
@@ -87,13 +88,7 @@ func StartLogical(t testing.TB) *Cluster {
 		os.RemoveAll(dir)
 		t.Fatalf("cannot create a wal_level=logical test cluster: %v", err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		os.RemoveAll(dir)
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := freeport.Take(t)
 	opts := fmt.Sprintf("-c wal_level=logical -c max_replication_slots=4 -c max_wal_senders=4 -c port=%d "+
 		"-c listen_addresses=127.0.0.1 -c unix_socket_directories=%s -c fsync=off", port, dir)
 	if err := run(filepath.Join(bin, "pg_ctl"), "-D", data, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "-o", opts, "start"); err != nil {

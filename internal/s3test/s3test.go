@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +25,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/specstar/replicator/internal/freeport"
 )
 
 // InstallHint is how to get the server binary, quoted when it is missing.
@@ -78,10 +79,7 @@ func Start(t testing.TB) *Server {
 	t.Cleanup(s.Stop)
 	var lastErr error
 	for range 5 { // the free port may be taken between probe and bind
-		port, err := freePort()
-		if err != nil {
-			t.Fatalf("s3test: pick a port: %v", err)
-		}
+		port := freeport.Take(t)
 		s.addr = fmt.Sprintf("127.0.0.1:%d", port)
 		s.Endpoint = "http://" + s.addr
 		if lastErr = s.start(); lastErr == nil {
@@ -126,15 +124,6 @@ func findBinary() (string, error) {
 func isExecutable(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func randHex(n int) string {

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/specstar/replicator/internal/freeport"
 	"golang.org/x/sys/unix"
 )
 
@@ -50,6 +51,7 @@ func run(m *testing.M) int {
 	}
 	old, had := os.LookupEnv("TMPDIR")
 	os.Setenv("TMPDIR", dir)
+	os.Setenv(freeport.BaseEnv, base) // port locks meet across test binaries
 	code := m.Run()
 	if had {
 		os.Setenv("TMPDIR", old)
