@@ -91,25 +91,15 @@ func writeLikeSpecStar(root string, items []loaderItem) error {
 	return firstErr
 }
 
-// BenchmarkMirrorVsSpecStarLoader times, in each iteration and on the same
-// archive, a baseline and `replicator mirror` into a disk tree, one
-// sub-benchmark per sync mode, and reports each one's revisions/s and the
-// mirror's speed as a ratio of the baseline's. For sync=batch the
-// baseline is the Go stand-in for SpecStar's loader (writeLikeSpecStar:
-// goal 1 of the performance issue asks for at least 0.9); for sync=file
-// it is the bare write with the same durability (writeDurably, as
-// BenchmarkDirectDisk: goal 2, at least 0.9).
-func BenchmarkMirrorVsSpecStarLoader(b *testing.B) {
-	archive, err := loaderArchive()
-	if err != nil {
-		b.Fatal(err)
-	}
+// loaderItemsOf reads an archive into what writeLikeSpecStar writes,
+// outside any timing, and counts its revisions.
+func loaderItemsOf(b *testing.B, archive string) (items []loaderItem, revisions int) {
+	b.Helper()
 	raw, err := os.ReadFile(archive)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var items []loaderItem
-	revisions, model := 0, ""
+	model := ""
 	for f, err := range acbak.NewReader(bytes.NewReader(raw), acbak.Options{}).All() {
 		if err != nil {
 			b.Fatal(err)
@@ -128,6 +118,23 @@ func BenchmarkMirrorVsSpecStarLoader(b *testing.B) {
 			revisions++
 		}
 	}
+	return items, revisions
+}
+
+// BenchmarkMirrorVsSpecStarLoader times, in each iteration and on the same
+// archive, a baseline and `replicator mirror` into a disk tree, one
+// sub-benchmark per sync mode, and reports each one's revisions/s and the
+// mirror's speed as a ratio of the baseline's. For sync=batch the
+// baseline is the Go stand-in for SpecStar's loader (writeLikeSpecStar:
+// goal 1 of the performance issue asks for at least 0.9); for sync=file
+// it is the bare write with the same durability (writeDurably, as
+// BenchmarkDirectDisk: goal 2, at least 0.9).
+func BenchmarkMirrorVsSpecStarLoader(b *testing.B) {
+	archive, err := loaderArchive()
+	if err != nil {
+		b.Fatal(err)
+	}
+	items, revisions := loaderItemsOf(b, archive)
 	var durable []directRev
 	for _, it := range items {
 		if it.meta == nil {
