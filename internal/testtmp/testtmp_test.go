@@ -5,7 +5,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestSweepRemovesOnlyDeadRuns: a run directory whose owner died is
@@ -29,6 +31,7 @@ func TestSweepRemovesOnlyDeadRuns(t *testing.T) {
 	}
 	lock := filepath.Join(dead, lockName)
 	cmd := exec.Command("flock", "-x", "-o", lock, "sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // killed as a group: flock and its sleep
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("flock(1) is needed for this test: %v", err)
 	}
@@ -46,8 +49,17 @@ func TestSweepRemovesOnlyDeadRuns(t *testing.T) {
 	if _, err := os.Stat(dead); err != nil {
 		t.Fatalf("a locked run directory was swept: %v", err)
 	}
-	cmd.Process.Kill()
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	cmd.Wait()
+	// The kernel drops a dead holder's lock when its last descriptor is
+	// closed; on a loaded machine, give that a moment (CI once swept
+	// while the lock was still held, and the directory stayed).
+	for i := 0; !stale(dead); i++ {
+		if i > 500 {
+			t.Fatal("the lock is still held after its holder was killed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	Sweep(base)
 	if _, err := os.Stat(dead); !os.IsNotExist(err) {
