@@ -44,6 +44,63 @@ func isPermanent(err error) bool {
 // journal commits).
 func (w *Worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, error) {
 	start := time.Now()
+	if err := w.applyBatch(ctx, msgs); err != nil {
+		return 0, err
+	}
+	return w.commit(ctx, msgs, start, w.snk.Flush)
+}
+
+// flushJob is a batch being made durable and acked in the background
+// while the next one is applied; done is closed when it is, err is then
+// set.
+type flushJob struct {
+	done chan struct{}
+	err  error
+}
+
+// processOverlapped is process for a sink that can write one batch while
+// the next is applied (sink.Overlapper): it applies the batch while the
+// previous one is made durable, waits for that one to be acked, seals
+// this one and makes it durable (FlushSealed) and acks it in the
+// background, to be waited for by the next batch or by waitFlush. So
+// every event is still acked only after a flush of a batch holding it has
+// returned, and batches are made durable and acked in stream order.
+func (w *Worker) processOverlapped(ctx context.Context, msgs []jetstream.Msg) error {
+	start := time.Now()
+	err := w.applyBatch(ctx, msgs)
+	if ferr := w.waitFlush(); ferr != nil {
+		return ferr
+	}
+	if err != nil {
+		return err
+	}
+	o := w.snk.(sink.Overlapper)
+	o.Seal()
+	f := &flushJob{done: make(chan struct{})}
+	w.flushing = f
+	go func() {
+		defer close(f.done)
+		_, f.err = w.commit(ctx, msgs, start, o.FlushSealed)
+	}()
+	return nil
+}
+
+// waitFlush waits until the batch made durable in the background, if
+// any, is acked, and returns its error.
+func (w *Worker) waitFlush() error {
+	f := w.flushing
+	if f == nil {
+		return nil
+	}
+	<-f.done
+	w.flushing = nil
+	return f.err
+}
+
+// applyBatch applies a batch's events to the sink, dead-lettering those
+// it refuses for good; it fails only when ctx ends or a dead letter
+// cannot be stored.
+func (w *Worker) applyBatch(ctx context.Context, msgs []jetstream.Msg) error {
 	type result struct {
 		kind, outcome string
 		err           error
@@ -88,21 +145,29 @@ func (w *Worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, err
 	}
 	wg.Wait()
 	name := w.opts.Name
-	var last uint64
 	for i, msg := range msgs {
 		r := results[i]
 		if r.err != nil {
 			if !isPermanent(r.err) {
-				return last, r.err // only ctx ends a transient retry loop
+				return r.err // only ctx ends a transient retry loop
 			}
 			if err := w.deadLetter(ctx, msg, r.err); err != nil {
-				return last, err
+				return err
 			}
 			r.outcome = "dead_letter"
 		}
 		w.m.applied.WithLabelValues(name, r.kind, r.outcome).Inc()
 	}
-	if err := w.retry(ctx, "flush", func() error { return w.snk.Flush(ctx) }); err != nil {
+	return nil
+}
+
+// commit makes what was applied durable (flush: the sink's Flush or
+// FlushSealed), then acks msgs, a batch applied since start; it returns
+// the highest stream sequence acked.
+func (w *Worker) commit(ctx context.Context, msgs []jetstream.Msg, start time.Time, flush func(context.Context) error) (uint64, error) {
+	name := w.opts.Name
+	var last uint64
+	if err := w.retry(ctx, "flush", func() error { return flush(ctx) }); err != nil {
 		return last, err
 	}
 	w.ack(ctx, msgs)

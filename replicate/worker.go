@@ -47,7 +47,7 @@ type Config struct {
 
 // DefaultConfig is the tuning `replicator run` uses unless told otherwise.
 func DefaultConfig() Config {
-	return Config{Batch: 256, MaxBatch: 2048, MaxBatchBytes: 32 << 20, MaxAckPending: 4096, AckWait: time.Minute, Parallel: 16, MirrorWait: time.Minute}
+	return Config{Batch: 256, MaxBatch: 4096, MaxBatchBytes: 32 << 20, MaxAckPending: 12288, AckWait: time.Minute, Parallel: 16, MirrorWait: time.Minute}
 }
 
 // Options say which sink a Worker feeds and how.
@@ -77,6 +77,13 @@ type Worker struct {
 
 	fresh bool // the durable consumer was created by this run
 
+	// overlap: the sink's Flush may run beside its Apply calls
+	// (sink.Overlapper), so while a backlog waits one batch is made
+	// durable while the next is applied. flushing is that batch, touched
+	// only by Run's goroutine.
+	overlap  bool
+	flushing *flushJob
+
 	errMu     sync.Mutex
 	lastErrAt time.Time
 
@@ -101,6 +108,9 @@ func NewWorker(bus *stream.Bus, snk sink.Sink, opts Options) (*Worker, error) {
 		opts.Display = opts.Name
 	}
 	w := &Worker{bus: bus, snk: snk, opts: opts, log: opts.Logger, m: opts.Metrics}
+	if o, ok := snk.(sink.Overlapper); ok {
+		w.overlap = o.OverlapsFlush()
+	}
 	if w.log == nil {
 		w.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -211,6 +221,12 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 	}
 	w.m.setReady(w.opts.Name, true)
 	defer w.m.setReady(w.opts.Name, false)
+	defer func() {
+		// the batch still being made durable: acked before Run returns
+		if err := w.waitFlush(); err != nil && runErr == nil {
+			runErr = err
+		}
+	}()
 	go w.watchConsumer(ctx, cons)
 	size := w.opts.Batch
 	// While a backlog waits, the next batch is fetched while this one is
@@ -247,6 +263,13 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 			f := <-ahead
 			ahead, msgs, err = nil, f.msgs, f.err
 		} else {
+			// Nothing fetched ahead: no backlog waits, or a purge came.
+			// What is being made durable is acked first, so that the
+			// drain check counts it and a trickle of events is acked at
+			// once.
+			if err := w.waitFlush(); err != nil {
+				return err
+			}
 			if !known {
 				select {
 				case target = <-w.drainTo:
@@ -283,11 +306,23 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 		size = w.nextBatch(size, msgs, n)
 		// A backlog waits (the batch grew) and this batch holds no purge,
 		// whose wait for earlier acks must not count events fetched ahead.
-		if size > w.opts.Batch && !slices.ContainsFunc(msgs, isPurge) {
+		purge := slices.ContainsFunc(msgs, isPurge)
+		if size > w.opts.Batch && !purge {
 			fetchAhead(size)
 		}
-		if _, err := w.processInOrder(ctx, cons, msgs); err != nil {
-			return err
+		if w.overlap && !purge {
+			if err := w.processOverlapped(ctx, msgs); err != nil {
+				return err
+			}
+		} else {
+			// A purge waits for every earlier event to be acked: the
+			// batch being made durable first.
+			if err := w.waitFlush(); err != nil {
+				return err
+			}
+			if _, err := w.processInOrder(ctx, cons, msgs); err != nil {
+				return err
+			}
 		}
 		w.bytes.Add(n)
 		if meter != nil {
@@ -429,7 +464,14 @@ func (w *Worker) nextBatch(size int, msgs []jetstream.Msg, n int64) int {
 			pending = md.NumPending
 		}
 	}
-	return batchAfter(w.opts.Config, size, len(msgs), pending, n)
+	c := w.opts.Config
+	if w.overlap && c.MaxAckPending > 0 {
+		// Three batches are out at once while a backlog waits: one made
+		// durable, one applied, one fetched ahead; a batch JetStream
+		// could not deliver whole would count as the backlog's end.
+		c.MaxAckPending /= 3
+	}
+	return batchAfter(c, size, len(msgs), pending, n)
 }
 
 // batchAfter is the size of the next batch after one of got events (n

@@ -28,6 +28,21 @@ type Sink interface {
 	Close() error
 }
 
+// Overlapper is a Sink that can make one batch durable while the next is
+// applied, so that the replicator's Apply calls and the sink's writes
+// overlap. Seal ends a batch: FlushSealed writes, in order, what was
+// applied before the Seal calls since the last successful FlushSealed (or
+// Flush), and nothing applied after the last Seal; one Flush or
+// FlushSealed runs at a time, and a Flush still writes everything.
+// OverlapsFlush reports whether this sink, as configured, can do so (when
+// false, Seal and FlushSealed must not be used).
+type Overlapper interface {
+	Sink
+	OverlapsFlush() bool
+	Seal()
+	FlushSealed(ctx context.Context) error
+}
+
 // Reader is a Sink that can be read back, so verify and reconcile can
 // compare it with a source point-wise.
 type Reader interface {

@@ -110,17 +110,21 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	if err != nil {
 		return mirrorCmd.Errorf(stderr, exitError, "%v", err)
 	}
+	// The archive is published while the sink applies it, at most
+	// mirrorAhead events ahead (a sink filtered to some models cannot
+	// pace the others). The sink then holds at most half of those, so
+	// that the rest wait on the stream for its next fetches: batches it
+	// could not fetch whole would count as the backlog's end.
+	ahead := mirrorAhead
+	if len(spec.Models) > 0 {
+		ahead = 0
+	} else if wc.MaxAckPending <= 0 || wc.MaxAckPending > mirrorAhead/2 {
+		wc.MaxAckPending = mirrorAhead / 2
+	}
 	worker, err := replicate.NewWorker(bus, snk, replicate.Options{Config: wc, Name: spec.Name, Display: spec.Raw, Models: spec.Models, Logger: log})
 	if err != nil {
 		snk.Close()
 		return mirrorCmd.Errorf(stderr, exitError, "%v", err)
-	}
-	// The archive is published while the sink applies it, at most
-	// mirrorAhead events ahead (a sink filtered to some models cannot
-	// pace the others).
-	ahead := mirrorAhead
-	if len(spec.Models) > 0 {
-		ahead = 0
 	}
 	meter := progress.New("mirror "+*from, st.Size(), log)
 	var rs *srcarchive.Stats

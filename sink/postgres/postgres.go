@@ -93,7 +93,8 @@ type Sink struct {
 
 	mu        sync.Mutex
 	closed    bool
-	queue     []pgWrite
+	queue     []pgWrite                      // applied since the last Seal
+	sealed    []pgWrite                      // applied before it, not yet written
 	tables    map[string]*pgMetaSQL          // meta tables checked (or created), by name
 	lostRev   bool                           // a Flush found a resource table missing
 	firstMeta map[pgMetaKey][]byte           // skip / raise_error: the first meta queued per resource
@@ -707,6 +708,11 @@ func (p *Sink) ApplyBlob(ctx context.Context, fileID string, size int64, content
 // principle (Postgres breaks them by failing one transaction): a transient
 // error, as above.
 func (p *Sink) Flush(ctx context.Context) error {
+	return p.flush(ctx, true)
+}
+
+// flush writes what was sealed and, with all, what was applied since.
+func (p *Sink) flush(ctx context.Context, all bool) error {
 	p.flushMu.Lock()
 	defer p.flushMu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -717,8 +723,12 @@ func (p *Sink) Flush(ctx context.Context) error {
 		p.mu.Unlock()
 		return errors.New("sink: postgres sink is closed")
 	}
-	pending := p.queue
-	p.queue = nil
+	pending := p.sealed
+	p.sealed = nil
+	if all {
+		pending = append(pending, p.queue...)
+		p.queue = nil
+	}
 	p.mu.Unlock()
 	if len(pending) == 0 {
 		return nil
@@ -729,7 +739,9 @@ func (p *Sink) Flush(ctx context.Context) error {
 	}
 	if err != nil {
 		p.mu.Lock()
-		p.queue = append(pending, p.queue...)
+		// in front of what was sealed meanwhile (by then the next
+		// batch), and sealed: the retry writes it first
+		p.sealed = append(pending, p.sealed...)
 		if pgUndefined(err) {
 			// A table was dropped behind our back: the next Flush
 			// creates it again rather than failing forever.
@@ -747,6 +759,33 @@ func (p *Sink) Flush(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 	return nil
+}
+
+// OverlapsFlush reports that this sink can write one batch while the
+// next is applied (sink.Overlapper): Apply only queues, and a Flush takes
+// what it writes from the queue at its start, giving back in front what
+// it could not write. Not with OnDuplicate "skip" or "raise_error", whose
+// Apply reads the stored meta and the metas queued but not yet stored,
+// which a Flush running beside it moves from one to the other.
+func (p *Sink) OverlapsFlush() bool {
+	return p.opts.OnDuplicate != store.DupSkip && p.opts.OnDuplicate != store.DupRaise
+}
+
+// Seal ends a batch: what was applied until now is what FlushSealed
+// writes (sink.Overlapper); what is applied from now on waits for the next
+// Seal, or a Flush.
+func (p *Sink) Seal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sealed = append(p.sealed, p.queue...)
+	p.queue = nil
+}
+
+// FlushSealed is Flush for what was applied before the last Seal only
+// (sink.Overlapper), so that a batch is written while the next one is
+// being applied.
+func (p *Sink) FlushSealed(ctx context.Context) error {
+	return p.flush(ctx, false)
 }
 
 // ensureTables makes sure the tables the queue writes exist: they were
@@ -793,9 +832,9 @@ func (p *Sink) ensureTables(ctx context.Context, pending []pgWrite) error {
 // read found none of its rows: a backlog into a new database), a large
 // queue without purges is first decided as if none of its rows existed,
 // without reading: every row it touches is then new and written by COPY
-// (copyFresh), which fails on a key that exists after all, so the
-// decision stands only if it was right; else the rows that exist are
-// missed and the next round reads them.
+// (copyGuessed, with no savepoint), which fails on a key that exists
+// after all, so the decision stands only if it was right; else the
+// transaction is rolled back and done again, reading first.
 func (p *Sink) execute(ctx context.Context, pending []pgWrite) error {
 	blind := p.fresh && len(pending) >= p.copyFrom
 	for _, w := range pending {
@@ -809,6 +848,15 @@ func (p *Sink) execute(ctx context.Context, pending []pgWrite) error {
 	}()
 	for round := 1; ; round++ {
 		missed, err := p.round(ctx, &tx, pending, !blind || round > 1)
+		if errors.Is(err, errGuessedWrong) {
+			// A row the blind round took for new exists: its COPY failed
+			// and took the transaction with it. Again, reading first.
+			if rerr := tx.Rollback(ctx); rerr != nil {
+				return fmt.Errorf("sink: postgres rollback: %w", rerr)
+			}
+			tx, blind, p.fresh, round = nil, false, false, 0
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -987,7 +1035,7 @@ func (p *Sink) round(ctx context.Context, tx *pgx.Tx, pending []pgWrite, read bo
 	switch {
 	case n == 0:
 	case n >= p.copyFrom:
-		missed, err = p.writeCopy(ctx, *tx, &ch)
+		missed, err = p.writeCopy(ctx, *tx, &ch, read)
 	default:
 		missed, err = p.writeBatch(ctx, *tx, &ch)
 	}
@@ -1361,9 +1409,9 @@ const pgCopyFrom = 1000
 // on the key and the previous content (the compare-and-swap) and one
 // INSERT ... SELECT ... ON CONFLICT DO NOTHING for new rows. It returns how
 // many rows were written by neither.
-func (p *Sink) writeCopy(ctx context.Context, tx pgx.Tx, ch *pgChanges) (int, error) {
+func (p *Sink) writeCopy(ctx context.Context, tx pgx.Tx, ch *pgChanges, read bool) (int, error) {
 	if fresh, rest := ch.split(); fresh.len() > 0 {
-		ok, err := p.copyFresh(ctx, tx, &fresh)
+		ok, err := p.copyFresh(ctx, tx, &fresh, read)
 		if err != nil {
 			return 0, err
 		}
@@ -1476,6 +1524,11 @@ func (c *pgChanges) split() (fresh, rest pgChanges) {
 // pgUniqueViolation is Postgres's SQLSTATE for a duplicate key.
 const pgUniqueViolation = "23505"
 
+// errGuessedWrong is copyGuessed's report that a row it took for new
+// exists: the transaction is aborted, and the Flush is done again,
+// reading first.
+var errGuessedWrong = errors.New("sink: postgres: a row taken for new exists")
+
 // copyFresh writes rows that did not exist when read by COPY straight into
 // their tables (metas, then resource_data, then resource_index, whose uid
 // references it), as a plain bulk load does: the compare-and-swap of a new
@@ -1485,46 +1538,16 @@ const pgUniqueViolation = "23505"
 // rolled back to a savepoint and copyFresh reports false, so that the
 // caller writes the rows through the staging tables, whose INSERT ... ON
 // CONFLICT DO NOTHING counts the row as missed and the next round decides
-// it again.
-func (p *Sink) copyFresh(ctx context.Context, tx pgx.Tx, ch *pgChanges) (bool, error) {
+// it again. Without read (a round that read nothing: every row is taken
+// for new), it is copyGuessed.
+func (p *Sink) copyFresh(ctx context.Context, tx pgx.Tx, ch *pgChanges, read bool) (bool, error) {
+	if !read {
+		return true, p.copyGuessed(ctx, tx, ch)
+	}
 	if _, err := tx.Exec(ctx, "SAVEPOINT specstar_copy"); err != nil {
 		return false, fmt.Errorf("sink: postgres savepoint: %w", err)
 	}
-	copyRows := func(table string, cols []string, rows [][]any) error {
-		n, err := tx.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows))
-		if err == nil && n != int64(len(rows)) {
-			err = fmt.Errorf("copied %d rows of %d", n, len(rows))
-		}
-		return err
-	}
-	var metaCols []string
-	for _, c := range pgMetaTableSpec("").columns {
-		metaCols = append(metaCols, c.name)
-	}
-	var table string
-	var failed error
-	for i := 0; i < len(ch.metas) && failed == nil; {
-		s := ch.metas[i].sql
-		var rows [][]any
-		for ; i < len(ch.metas) && ch.metas[i].sql == s; i++ {
-			rows = append(rows, ch.metas[i].row)
-		}
-		table, failed = s.table, copyRows(s.table, metaCols, rows)
-	}
-	if failed == nil && len(ch.datas) > 0 {
-		rows := make([][]any, len(ch.datas))
-		for i, c := range ch.datas {
-			rows[i] = []any{c.uid, c.data, c.info}
-		}
-		table, failed = p.dataTable, copyRows(p.dataTable, []string{"uid", "data", "info"}, rows)
-	}
-	if failed == nil && len(ch.slots) > 0 {
-		rows := make([][]any, len(ch.slots))
-		for i, c := range ch.slots {
-			rows[i] = []any{c.key.rid, c.key.revID, c.key.sv, c.uid}
-		}
-		table, failed = p.indexTable, copyRows(p.indexTable, []string{"resource_id", "revision_id", "schema_version", "uid"}, rows)
-	}
+	table, failed := p.copyInto(ctx, tx, ch)
 	var pgErr *pgconn.PgError
 	switch {
 	case failed == nil:
@@ -1540,4 +1563,67 @@ func (p *Sink) copyFresh(ctx context.Context, tx pgx.Tx, ch *pgChanges) (bool, e
 		return false, nil
 	}
 	return false, fmt.Errorf("sink: postgres copy into %s: %w", table, failed)
+}
+
+// copyGuessed is copyFresh for a round that read nothing, the first of
+// its transaction: with no savepoint (a subtransaction and two round
+// trips less per batch), a row that exists after all fails the COPY and
+// aborts the transaction, which is reported as errGuessedWrong; nothing
+// was written, and the Flush starts again, reading first.
+func (p *Sink) copyGuessed(ctx context.Context, tx pgx.Tx, ch *pgChanges) error {
+	table, err := p.copyInto(ctx, tx, ch)
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pgErr) && pgErr.Code == pgUniqueViolation:
+		return errGuessedWrong
+	}
+	return fmt.Errorf("sink: postgres copy into %s: %w", table, err)
+}
+
+// copyInto COPYs the changes' rows into their tables: metas, then
+// resource_data, then resource_index (whose uid references it). It
+// returns the table a COPY failed on, with the error.
+func (p *Sink) copyInto(ctx context.Context, tx pgx.Tx, ch *pgChanges) (string, error) {
+	copyRows := func(table string, cols []string, rows [][]any) error {
+		n, err := tx.CopyFrom(ctx, pgx.Identifier{table}, cols, pgx.CopyFromRows(rows))
+		if err == nil && n != int64(len(rows)) {
+			err = fmt.Errorf("copied %d rows of %d", n, len(rows))
+		}
+		return err
+	}
+	var metaCols []string
+	for _, c := range pgMetaTableSpec("").columns {
+		metaCols = append(metaCols, c.name)
+	}
+	for i := 0; i < len(ch.metas); {
+		s := ch.metas[i].sql
+		var rows [][]any
+		for ; i < len(ch.metas) && ch.metas[i].sql == s; i++ {
+			rows = append(rows, ch.metas[i].row)
+		}
+		if err := copyRows(s.table, metaCols, rows); err != nil {
+			return s.table, err
+		}
+	}
+	if len(ch.datas) > 0 {
+		rows := make([][]any, len(ch.datas))
+		for i, c := range ch.datas {
+			rows[i] = []any{c.uid, c.data, c.info}
+		}
+		if err := copyRows(p.dataTable, []string{"uid", "data", "info"}, rows); err != nil {
+			return p.dataTable, err
+		}
+	}
+	if len(ch.slots) > 0 {
+		rows := make([][]any, len(ch.slots))
+		for i, c := range ch.slots {
+			rows[i] = []any{c.key.rid, c.key.revID, c.key.sv, c.uid}
+		}
+		if err := copyRows(p.indexTable, []string{"resource_id", "revision_id", "schema_version", "uid"}, rows); err != nil {
+			return p.indexTable, err
+		}
+	}
+	return "", nil
 }

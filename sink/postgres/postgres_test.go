@@ -1286,3 +1286,43 @@ func TestPostgresFreshGuessWrong(t *testing.T) {
 		t.Error("a Flush that found stored rows left the sink fresh")
 	}
 }
+
+// TestPostgresSealedFlush: FlushSealed writes what was applied before
+// Seal and leaves what was applied after it for the next flush, as the
+// worker's overlapped batches need (one written while the next is
+// applied); a Flush writes everything.
+func TestPostgresSealedFlush(t *testing.T) {
+	ctx := context.Background()
+	p := pgOpen(t, Options{TablePrefix: pgPrefix(t)})
+	if !p.OverlapsFlush() {
+		t.Fatal("the default sink does not overlap its flushes")
+	}
+	if pgOpen(t, Options{TablePrefix: pgPrefix(t), OnDuplicate: "skip"}).OverlapsFlush() {
+		t.Error("an on_duplicate=skip sink overlaps its flushes, whose Apply reads what a flush moves")
+	}
+	apply := func(rid string) {
+		if _, err := p.ApplyMeta(ctx, "issue", sinktestutil.Meta(t, rid, "2024-05-01T00:00:00Z", 1, "a")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored := func(rid string) bool {
+		_, err := p.Meta(ctx, "issue", rid)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	apply("issue:1")
+	p.Seal()
+	apply("issue:2")
+	if err := p.FlushSealed(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !stored("issue:1") || stored("issue:2") {
+		t.Fatalf("after FlushSealed: issue:1 stored %v (want true), issue:2 stored %v (want false)", stored("issue:1"), stored("issue:2"))
+	}
+	pgFlush(t, p)
+	if !stored("issue:2") {
+		t.Error("a Flush left what was applied after Seal unwritten")
+	}
+}
