@@ -46,6 +46,8 @@ func (d *Sink) Meta(ctx context.Context, model, resourceID string) (*events.Reso
 		if err != nil {
 			return nil, fmt.Errorf("sink: meta %s: %w", where, err)
 		}
+	} else if q := d.queuedMetaOf(model + "\x00" + resourceID); q != nil {
+		where, raw = filepath.Join(q.dir, q.name)+" (not yet flushed)", q.encoded // read your own writes
 	} else {
 		where = filepath.Join(d.root, model, "meta", resourceID+store.MetaSuffix)
 		var err error
