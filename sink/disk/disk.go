@@ -75,15 +75,18 @@ type Sink struct {
 
 	locks store.KeyLocks
 
-	mu      sync.Mutex
-	closed  bool
-	dirty   map[string]struct{}            // directories with entries not yet fsynced
-	skipped map[string]map[string]struct{} // OnDuplicate "skip": model -> resource ids whose meta was skipped
-	dbs     map[string]*sql.DB             // SQLite meta stores opened for writing, per model
-	roDBs   map[string]*sql.DB             // SQLite meta stores opened read-only, per model
-	tmpDir  string                         // this writer's staging directory
-	tmpMade bool
-	tmpLock *os.File // holds the flock on tmpDir's lock file while the staging directory is in use
+	mu     sync.Mutex
+	closed bool
+	dirty  map[string]struct{} // directories with entries not yet fsynced
+	// metaQueue holds each resource's newest meta decided since the last
+	// Flush, by model + "\x00" + resource id (see metaqueue.go).
+	metaQueue map[string]*queuedMeta
+	skipped   map[string]map[string]struct{} // OnDuplicate "skip": model -> resource ids whose meta was skipped
+	dbs       map[string]*sql.DB             // SQLite meta stores opened for writing, per model
+	roDBs     map[string]*sql.DB             // SQLite meta stores opened read-only, per model
+	tmpDir    string                         // this writer's staging directory
+	tmpMade   bool
+	tmpLock   *os.File // holds the flock on tmpDir's lock file while the staging directory is in use
 	// writerLock holds the flock on the root's WriterLockName while the
 	// sink is open for writing.
 	writerLock *os.File
@@ -114,12 +117,13 @@ func Open(ctx context.Context, root string, opts Options) (*Sink, error) {
 		return nil, fmt.Errorf("sink: root %s: %w", root, err)
 	}
 	d := &Sink{
-		root:    abs,
-		opts:    opts,
-		dirty:   map[string]struct{}{},
-		skipped: map[string]map[string]struct{}{},
-		dbs:     map[string]*sql.DB{},
-		roDBs:   map[string]*sql.DB{},
+		root:      abs,
+		opts:      opts,
+		dirty:     map[string]struct{}{},
+		metaQueue: map[string]*queuedMeta{},
+		skipped:   map[string]map[string]struct{}{},
+		dbs:       map[string]*sql.DB{},
+		roDBs:     map[string]*sql.DB{},
 	}
 	if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) && !opts.ReadOnly {
 		if err := os.MkdirAll(abs, 0o755); err != nil {
@@ -381,34 +385,24 @@ func (d *Sink) ApplyMeta(ctx context.Context, model string, meta *events.Resourc
 	if err != nil {
 		return 0, store.Invalidf(fmt.Sprintf("meta %q", meta.ResourceID), "cannot be encoded in %v: %v", d.opts.Encoding, err)
 	}
-	unlock := d.locks.Lock(model + "\x00" + meta.ResourceID)
+	key := model + "\x00" + meta.ResourceID
+	unlock := d.locks.Lock(key)
 	defer unlock()
 	if d.opts.SQLiteMeta {
 		return d.applyMetaSQLite(ctx, model, meta, encoded)
 	}
 	dir := filepath.Join(d.root, model, "meta")
 	name := meta.ResourceID + store.MetaSuffix
-	existing, err := os.ReadFile(filepath.Join(dir, name))
-	if errors.Is(err, fs.ErrNotExist) {
-		existing, err = nil, nil
-	}
+	existing, onDisk, err := d.currentMeta(key, dir, name)
 	if err != nil {
-		return 0, fmt.Errorf("sink: read meta: %w", err)
+		return 0, err
 	}
 	out, err := d.decideMeta(model, meta, encoded, existing, filepath.Join(dir, name))
 	if err != nil || out != store.Written {
 		return out, err
 	}
-	if _, err := d.ensureDir(dir); err != nil {
-		return 0, err
-	}
-	write := d.writeFileAtomic
-	if existing == nil {
-		write = d.writeFileNew
-	}
-	if err := write(dir, name, encoded); err != nil {
-		return 0, err
-	}
+	// Written at Flush, once per resource and batch (metaqueue.go).
+	d.queueMeta(key, &queuedMeta{dir: dir, name: name, encoded: encoded, onDisk: onDisk})
 	return store.Written, nil
 }
 
@@ -889,6 +883,9 @@ func (d *Sink) ApplyBlob(ctx context.Context, fileID string, size int64, content
 // Files are fsynced before they are renamed into place, and SQLite commits
 // are durable when they return, so what remains is the directory entries.
 func (d *Sink) Flush(ctx context.Context) error {
+	if err := d.writeQueuedMetas(); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	dirs := make([]string, 0, len(d.dirty))
 	for dir := range d.dirty {

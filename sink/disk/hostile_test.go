@@ -110,6 +110,9 @@ func TestStagingOfLiveWriterInOtherPIDNamespaceSurvives(t *testing.T) {
 		if _, err := w.ApplyMeta(context.Background(), "issue", sinktestutil.Meta(t, "issue:1", at, 1, "a")); err != nil {
 			t.Fatal(err)
 		}
+		if err := w.Flush(context.Background()); err != nil { // metas are written at Flush
+			t.Fatal(err)
+		}
 	}
 	var locked *WriterLockedError
 	if _, err := Open(context.Background(), root, Options{}); !errors.As(err, &locked) {
@@ -166,6 +169,9 @@ func TestWriterRecreatesItsStagingDirectory(t *testing.T) {
 		for _, at := range []string{"2024-05-01T00:00:00Z", "2024-05-02T00:00:00Z"} {
 			if _, err := w.ApplyMeta(ctx, "issue", sinktestutil.Meta(t, rid, at, 1, "a")); err != nil {
 				t.Fatalf("meta %s: %v", rid, err)
+			}
+			if err := w.Flush(ctx); err != nil { // metas are written at Flush
+				t.Fatalf("flush meta %s: %v", rid, err)
 			}
 		}
 		r := sinktestutil.Revision(t, rid, rid+":1", fmt.Sprintf("cccccccc-0000-4000-8000-%012d", i), events.Null[string](), events.Opt[string]{}, "2024-05-01T00:00:00Z", `{}`)

@@ -3,6 +3,8 @@ package disk
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,5 +126,28 @@ func TestSQLiteURI(t *testing.T) {
 	}
 	if _, err := d.Meta(ctx, "we?ird#mo%del", "x:1"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestReadMetaStoreWithoutTable: a reader (verify, a disk source) that
+// opened a meta.db its writer had just created, before the schema was
+// committed, failed with "no such table: resource_meta"; such a store
+// holds no metas, and reads now say so.
+func TestReadMetaStoreWithoutTable(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "issue"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// SQLite's own first step: the file exists, empty, with no table.
+	if err := os.WriteFile(filepath.Join(root, "issue", "meta.db"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := openT(t, root, Options{ReadOnly: true, SQLiteMeta: true})
+	if _, err := d.Meta(ctx, "issue", "issue:1"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Meta from a store without its table: %v, want fs.ErrNotExist", err)
+	}
+	for id, err := range d.ResourceIDs(ctx, "issue") {
+		t.Fatalf("a store without its table lists %q, %v", id, err)
 	}
 }

@@ -97,6 +97,17 @@ func (d *Sink) purgeMeta(ctx context.Context, model, resourceID string, purgedAt
 	}
 	dir := filepath.Join(d.root, model, "meta")
 	path := filepath.Join(dir, resourceID+store.MetaSuffix)
+	// A meta of this batch not written yet decides as if it were, and goes
+	// unwritten if the purge removes it.
+	if q := d.queuedMetaOf(model + "\x00" + resourceID); q != nil {
+		if newerThanPurge(d.opts.Encoding, q.encoded, purgedAt) {
+			return store.Stale, nil
+		}
+		d.queueMeta(model+"\x00"+resourceID, nil)
+		if !q.onDisk {
+			return store.Written, nil
+		}
+	}
 	existing, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return store.Unchanged, nil

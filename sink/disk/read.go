@@ -3,7 +3,6 @@ package disk
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/sink/internal/sqlitemeta"
 	"github.com/specstar/replicator/sink/internal/store"
 )
 
@@ -39,13 +39,16 @@ func (d *Sink) Meta(ctx context.Context, model, resourceID string) (*events.Reso
 			return nil, err
 		}
 		where = fmt.Sprintf("%s row %q", path, resourceID)
-		err = db.QueryRowContext(ctx, `SELECT data FROM resource_meta WHERE resource_id = ?`, resourceID).Scan(&raw)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, fmt.Errorf("sink: meta %s: %w", where, fs.ErrNotExist)
-		}
+		var found bool
+		raw, found, err = sqlitemeta.Get(ctx, db, resourceID)
 		if err != nil {
 			return nil, fmt.Errorf("sink: meta %s: %w", where, err)
 		}
+		if !found {
+			return nil, fmt.Errorf("sink: meta %s: %w", where, fs.ErrNotExist)
+		}
+	} else if q := d.queuedMetaOf(model + "\x00" + resourceID); q != nil {
+		where, raw = filepath.Join(q.dir, q.name)+" (not yet flushed)", q.encoded // read your own writes
 	} else {
 		where = filepath.Join(d.root, model, "meta", resourceID+store.MetaSuffix)
 		var err error

@@ -174,10 +174,17 @@ func InitSchema(ctx context.Context, db *sql.DB) error {
 	return tx.Commit()
 }
 
+// noTable says whether err is SQLite's answer for a file without the
+// resource_meta table: a meta store its writer has just created (SQLite
+// makes the file before the schema is committed), which holds no metas.
+func noTable(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "no such table: resource_meta")
+}
+
 // Get reads a resource's encoded meta; ok is false when there is no row.
 func Get(ctx context.Context, db *sql.DB, resourceID string) (data []byte, ok bool, err error) {
 	err = db.QueryRowContext(ctx, `SELECT data FROM resource_meta WHERE resource_id = ?`, resourceID).Scan(&data)
-	if errors.Is(err, sql.ErrNoRows) {
+	if errors.Is(err, sql.ErrNoRows) || noTable(err) {
 		return nil, false, nil
 	}
 	if err != nil {
@@ -276,6 +283,9 @@ func Delete(ctx context.Context, db *sql.DB, where, resourceID string, keep func
 // closed before it returns, so the one connection stays free.
 func Page(ctx context.Context, db *sql.DB, after string) ([]string, error) {
 	rows, err := db.QueryContext(ctx, `SELECT resource_id FROM resource_meta WHERE resource_id > ? ORDER BY resource_id LIMIT ?`, after, store.ListPage)
+	if noTable(err) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
