@@ -94,6 +94,12 @@ type factoryReader struct {
 	// already, and remember records those yielded now.
 	skip     func(lr s3sink.ListedRevision) bool
 	remember func(lr s3sink.ListedRevision)
+	// missing, if set (a follower), collects the referenced blobs the
+	// factory does not hold yet, to be looked for again at the next pass,
+	// instead of yielding them as references: a writer may upload a blob
+	// after the meta.db that references it, and no new ETag of the
+	// meta.db would tell.
+	missing map[string]events.BinaryRef
 }
 
 // all yields every meta of the model, each followed by its revisions.
@@ -160,6 +166,10 @@ func (r *factoryReader) blobs(ctx context.Context) error {
 	r.refs = nil
 	for _, ref := range refs {
 		bin, rc, err := r.f.OpenBlob(ctx, ref.FileID)
+		if errors.Is(err, fs.ErrNotExist) && r.missing != nil {
+			r.missing[ref.FileID] = ref
+			continue
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			// Not held: yield the reference, so a reader can tell.
 			rec := &events.BlobRefRecord{FileID: ref.FileID, Size: ref.Size, ContentType: ref.ContentType}

@@ -56,7 +56,10 @@ func archiveRecords(t *testing.T, name string) (map[string]bool, []*acbak.Frame)
 
 // fill applies an archive to the factory through the sink, as a
 // replicator would.
-func fill(t *testing.T, raw, name string) {
+func fill(t *testing.T, raw, name string) { t.Helper(); fillOnly(t, raw, name, nil) }
+
+// fillOnly is fill for the records keep accepts (all when nil).
+func fillOnly(t *testing.T, raw, name string, keep func(events.Record) bool) {
 	t.Helper()
 	ctx := context.Background()
 	snk, err := sink.Open(ctx, raw)
@@ -69,6 +72,9 @@ func fill(t *testing.T, raw, name string) {
 	for fr, err := range acbak.NewReader(bytes.NewReader(data), acbak.Options{Size: int64(len(data))}).All() {
 		if err != nil {
 			t.Fatal(err)
+		}
+		if _, isModel := fr.Record.(*events.ModelStartRecord); !isModel && keep != nil && !keep(fr.Record) {
+			continue
 		}
 		switch r := fr.Record.(type) {
 		case *events.ModelStartRecord:

@@ -26,7 +26,9 @@ type metaMark struct {
 // compares each model's meta.db ETag with the one it read and, for a
 // model whose file changed, yields the metas that are new or newer than
 // those it yielded before, each with the revisions it has not yielded
-// yet, then the blobs those reference; a meta that left the file is
+// yet, then the blobs those reference (a referenced blob the factory
+// does not hold yet is looked for again at every pass, whatever the
+// ETag, and yielded once it is there); a meta that left the file is
 // yielded as a PurgeRecord stamped with the time it was found gone.
 // After each pass (the first reading included) it calls passDone, so the
 // caller can wait for what it published; it returns when ctx ends (with
@@ -44,7 +46,8 @@ func (s *Factory) Follow(ctx context.Context, interval time.Duration, yield func
 	var (
 		etags    = map[string]string{}
 		marks    = map[string]map[string]metaMark{}
-		revs     = map[string]string{} // index object key -> ETag yielded
+		revs     = map[string]string{}                      // index object key -> ETag yielded
+		missing  = map[string]map[string]events.BinaryRef{} // model -> blobs referenced, not held yet
 		first    = true
 		yieldErr error
 	)
@@ -65,14 +68,23 @@ func (s *Factory) Follow(ctx context.Context, interval time.Duration, yield func
 			if err != nil {
 				return fmt.Errorf("source %s: %w", base.Redact(s.URL), err)
 			}
+			if missing[model] == nil {
+				missing[model] = map[string]events.BinaryRef{}
+			}
 			if e, ok := etags[model]; ok && e == etag {
+				if err := retryBlobs(ctx, f, model, missing[model], emit); err != nil {
+					if errors.Is(err, errStop) {
+						err = yieldErr
+					}
+					return fmt.Errorf("source %s: model %q: %w", base.Redact(s.URL), model, err)
+				}
 				continue
 			}
 			etags[model] = etag
 			if marks[model] == nil {
 				marks[model] = map[string]metaMark{}
 			}
-			if err := followModel(ctx, f, model, marks[model], revs, !first, emit); err != nil {
+			if err := followModel(ctx, f, model, marks[model], revs, missing[model], !first, emit); err != nil {
 				if errors.Is(err, errStop) {
 					err = yieldErr
 				}
@@ -94,8 +106,8 @@ func (s *Factory) Follow(ctx context.Context, interval time.Duration, yield func
 // followModel yields what changed in one model since marks were taken,
 // and updates them; purges says vanished metas are yielded as purges.
 func followModel(ctx context.Context, f *s3sink.Factory, model string, marks map[string]metaMark, revs map[string]string,
-	purges bool, emit func(base.Record, error) bool) error {
-	r := factoryReader{f: f, model: model, yield: emit, seen: map[string]bool{},
+	missing map[string]events.BinaryRef, purges bool, emit func(base.Record, error) bool) error {
+	r := factoryReader{f: f, model: model, yield: emit, seen: map[string]bool{}, missing: missing,
 		skip:     func(lr s3sink.ListedRevision) bool { return revs[lr.Key] == lr.ETag },
 		remember: func(lr s3sink.ListedRevision) { revs[lr.Key] = lr.ETag },
 	}
@@ -120,6 +132,13 @@ func followModel(ctx context.Context, f *s3sink.Factory, model string, marks map
 		marks[id] = mark
 		if err := r.resource(ctx, id); err != nil {
 			return err
+		}
+	}
+	for id, ref := range missing { // looked for again with this pass's
+		delete(missing, id) // r.blobs puts back what is still not there
+		if !r.seen[id] {
+			r.seen[id] = true
+			r.refs = append(r.refs, ref)
 		}
 	}
 	if err := r.blobs(ctx); err != nil {
@@ -148,4 +167,19 @@ func newerMark(n, o metaMark) bool {
 		return c > 0
 	}
 	return n.count >= o.count
+}
+
+// retryBlobs looks again for the blobs of a model that were referenced
+// but not held at an earlier pass, yields those now there and keeps the
+// rest in missing.
+func retryBlobs(ctx context.Context, f *s3sink.Factory, model string, missing map[string]events.BinaryRef, emit func(base.Record, error) bool) error {
+	if len(missing) == 0 {
+		return nil
+	}
+	r := factoryReader{f: f, model: model, yield: emit, seen: map[string]bool{}, missing: missing}
+	for id, ref := range missing {
+		r.refs = append(r.refs, ref)
+		delete(missing, id)
+	}
+	return r.blobs(ctx)
 }

@@ -3,6 +3,7 @@ package s3
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -175,5 +176,72 @@ func TestFactoryFollow(t *testing.T) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("follow ended with %v, want the context's error", err)
+	}
+}
+
+// TestFactoryFollowBlobAfterMeta: a writer that uploads a blob after the
+// meta.db naming it (the replicator's factory sink writes a batch's
+// blobs and metas in whatever batches they come) leaves no new ETag to
+// notice; the follower looked for the blob once, yielded a reference to
+// a missing blob and never looked again, so the tail never published it
+// (a CI failure of TestTailS3Factory). Now the blob is yielded, with its
+// bytes, at the first pass after it arrives.
+func TestFactoryFollowBlobAfterMeta(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, raw := factoryURL(t)
+	isBlob := func(r events.Record) bool { _, ok := r.(*events.BlobRecord); return ok }
+	fillOnly(t, raw, "blobs.acbak", func(r events.Record) bool { return !isBlob(r) })
+	want, frames := archiveRecords(t, "blobs.acbak")
+	blobs := 0
+	for _, fr := range frames {
+		if isBlob(fr.Record) {
+			blobs++
+		}
+	}
+	if blobs == 0 {
+		t.Fatal("blobs.acbak holds no blobs")
+	}
+
+	var (
+		mu  sync.Mutex
+		got = map[string]bool{}
+	)
+	passes := make(chan struct{}, 100)
+	done := make(chan error, 1)
+	go func() {
+		done <- (&Factory{URL: raw}).Follow(ctx, 20*time.Millisecond,
+			func(r base.Record) error {
+				if _, ref := r.Record.(*events.BlobRefRecord); ref {
+					return fmt.Errorf("yielded a reference to blob %s, not the blob", r.Record.(*events.BlobRefRecord).FileID)
+				}
+				mu.Lock()
+				got[recordKey(t, r)] = true
+				mu.Unlock()
+				return nil
+			},
+			func() error { passes <- struct{}{}; return nil })
+	}()
+	wait := func(what string) {
+		t.Helper()
+		for range 2 { // a whole pass after the change
+			select {
+			case <-passes:
+			case err := <-done:
+				t.Fatalf("follow ended %s: %v", what, err)
+			case <-time.After(30 * time.Second):
+				t.Fatalf("no pass within 30 s %s", what)
+			}
+		}
+	}
+	wait("before the blobs")
+	fillOnly(t, raw, "blobs.acbak", isBlob) // the blobs arrive; meta.db does not change
+	wait("after the blobs")
+	mu.Lock()
+	defer mu.Unlock()
+	for k := range want {
+		if !got[k] {
+			t.Errorf("a record of the factory was never yielded (%.60q)", k)
+		}
 	}
 }
