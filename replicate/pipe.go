@@ -10,19 +10,29 @@ import (
 	"github.com/specstar/replicator/stream"
 )
 
+// Ahead bounds how far a Pipe's replay may run in front of its worker:
+// events and payload bytes published and not yet applied (0: no bound).
+// The bytes bound keeps a stream held in memory small whatever the size
+// of the records; a record too large for one message counts nothing, as
+// it travels as a small reference.
+type Ahead struct {
+	Events int
+	Bytes  int64
+}
+
 // Pipe runs replay, which publishes a source onto w's stream through the
 // Paced publisher it is given, while w applies what arrives, and returns
 // once w has applied everything replay published (w runs until drained,
 // its target the stream's last sequence once replay is done), or when
 // either fails. Publishing and applying overlap, so the job takes as long
-// as the slower of the two, not their sum, and the publisher stays at
-// most ahead events ahead of the sink, so the stream's backlog and the
-// message ids its duplicate window remembers are bounded by ahead and
-// that window, whatever the size of the source. ahead <= 0: no bound (a
-// worker filtered to some models never sees the others' events, so it
-// cannot pace them). replayErr is replay's (or the final flush's) error,
+// as the slower of the two, not their sum, and the publisher stays
+// within ahead of the sink, so the stream's backlog and the message ids
+// its duplicate window remembers are bounded by ahead and that window,
+// whatever the size of the source. A zero Ahead: no bound (a worker
+// filtered to some models never sees the others' events, so it cannot
+// pace them). replayErr is replay's (or the final flush's) error,
 // runErr w's.
-func Pipe(ctx context.Context, w *Worker, pub *stream.Publisher, ahead int, replay func(context.Context, *Paced) error) (replayErr, runErr error) {
+func Pipe(ctx context.Context, w *Worker, pub *stream.Publisher, ahead Ahead, replay func(context.Context, *Paced) error) (replayErr, runErr error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w.opts.UntilDrained = true
@@ -32,7 +42,7 @@ func Pipe(ctx context.Context, w *Worker, pub *stream.Publisher, ahead int, repl
 		defer close(done)
 		runErr = w.Run(ctx)
 	}()
-	p := &Paced{pub: pub, w: w, ahead: int64(ahead), done: done}
+	p := &Paced{pub: pub, w: w, ahead: ahead, done: done}
 	replayErr = replay(ctx, p)
 	if replayErr == nil {
 		replayErr = pub.Flush(ctx)
@@ -56,22 +66,31 @@ func Pipe(ctx context.Context, w *Worker, pub *stream.Publisher, ahead int, repl
 }
 
 // Paced is the publisher Pipe gives its replay: a stream.Publisher that
-// waits, before each event, while the worker is ahead events behind.
+// waits, before each event, while the worker is ahead behind.
 type Paced struct {
-	pub   *stream.Publisher
-	w     *Worker
-	ahead int64
-	done  <-chan struct{} // closed when the worker stopped
-	sent  int64
+	pub       *stream.Publisher
+	w         *Worker
+	ahead     Ahead
+	done      <-chan struct{} // closed when the worker stopped
+	sent      int64
+	sentBytes int64 // payload bytes of the inline messages sent
+}
+
+// behind says whether the worker is as far behind as ahead allows. The
+// worker counts every message's payload (a reference's too), so the
+// bytes it applied never lag what was counted here for them.
+func (p *Paced) behind() bool {
+	return p.ahead.Events > 0 && p.sent-p.w.applied.Load() >= int64(p.ahead.Events) ||
+		p.ahead.Bytes > 0 && p.sentBytes-p.w.bytes.Load() >= p.ahead.Bytes
 }
 
 // errWorkerStopped ends a paced replay whose worker has stopped.
 var errWorkerStopped = errors.New("the sink's worker stopped")
 
-// Publish publishes env once the worker is fewer than ahead events behind.
+// Publish publishes env once the worker is less than ahead behind.
 func (p *Paced) Publish(ctx context.Context, env *events.Envelope) error {
-	if p.ahead > 0 {
-		for wait := time.Millisecond; p.sent-p.w.applied.Load() >= p.ahead; wait = min(2*wait, 50*time.Millisecond) {
+	if p.ahead != (Ahead{}) {
+		for wait := time.Millisecond; p.behind(); wait = min(2*wait, 50*time.Millisecond) {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -82,6 +101,9 @@ func (p *Paced) Publish(ctx context.Context, env *events.Envelope) error {
 		}
 	}
 	p.sent++
+	if p.pub.FitsInline(len(env.Payload)) {
+		p.sentBytes += int64(len(env.Payload))
+	}
 	return p.pub.Publish(ctx, env)
 }
 

@@ -43,6 +43,13 @@ type Config struct {
 	MaxBytes int64
 	// Retention is "limits" (default), "interest" or "workqueue".
 	Retention string
+	// InMemory creates the event stream with memory storage: for a
+	// private stream that lives as long as one process and holds a
+	// bounded backlog (mirror's, with workqueue retention and paced
+	// publishing), where the file store would keep every block it wrote
+	// in a memory cache for 10 s, which at a fast sink's rate costs more
+	// memory than the backlog itself. An existing stream keeps its storage.
+	InMemory bool
 	// DuplicateWindow is how long JetStream remembers message ids to drop
 	// re-published records (default 1h).
 	DuplicateWindow time.Duration
@@ -315,11 +322,15 @@ func (b *Bus) streamConfig() (jetstream.StreamConfig, error) {
 	if maxBytes == 0 {
 		maxBytes = -1
 	}
+	storage := jetstream.FileStorage
+	if b.cfg.InMemory {
+		storage = jetstream.MemoryStorage
+	}
 	scfg := jetstream.StreamConfig{
 		Name:        b.cfg.Stream,
 		Description: "SpecStar DumpRecord events",
 		Subjects:    []string{b.cfg.SubjectPrefix + ".>"},
-		Storage:     jetstream.FileStorage,
+		Storage:     storage,
 		Replicas:    b.cfg.Replicas,
 		Retention:   ret,
 		MaxAge:      b.cfg.MaxAge,

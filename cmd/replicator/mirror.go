@@ -50,6 +50,10 @@ type mirrorSummary struct {
 // duplicate window the message ids the server keeps in memory.
 const mirrorAhead = 8192
 
+// mirrorAheadBytes bounds the same backlog in payload bytes: the paced
+// stream is held in memory (stream.Config.InMemory).
+const mirrorAheadBytes = 32 << 20
+
 // mirrorMemory is the mirror's default soft memory limit (see
 // runtime/debug.SetMemoryLimit): the pipeline holds at most mirrorAhead
 // events, so above this the garbage collector runs rather than the heap
@@ -100,7 +104,17 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		return mirrorCmd.Errorf(stderr, exitError, "%v", err)
 	}
 	defer f.Close()
-	bus, err := stream.Open(ctx, stream.Config{DataDir: dir, DuplicateWindow: *dupWindow}, log)
+	// A paced mirror's stream holds only the backlog the replay is ahead,
+	// so it is kept in memory and acked events leave it (workqueue): the
+	// file store would cache every block it wrote for 10 s, which into a
+	// fast sink was most of the mirror's memory and, under the soft limit
+	// below, most of its CPU in the collector (BENCHMARKS.md).
+	paced := len(spec.Models) == 0
+	scfg := stream.Config{DataDir: dir, DuplicateWindow: *dupWindow}
+	if paced {
+		scfg.InMemory, scfg.Retention = true, "workqueue"
+	}
+	bus, err := stream.Open(ctx, scfg, log)
 	if err != nil {
 		return mirrorCmd.Errorf(stderr, exitError, "%v", err)
 	}
@@ -115,9 +129,9 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	// pace the others). The sink then holds at most half of those, so
 	// that the rest wait on the stream for its next fetches: batches it
 	// could not fetch whole would count as the backlog's end.
-	ahead := mirrorAhead
-	if len(spec.Models) > 0 {
-		ahead = 0
+	ahead := replicate.Ahead{Events: mirrorAhead, Bytes: mirrorAheadBytes}
+	if !paced {
+		ahead = replicate.Ahead{}
 	} else if wc.MaxAckPending <= 0 || wc.MaxAckPending > mirrorAhead/2 {
 		wc.MaxAckPending = mirrorAhead / 2
 	}
