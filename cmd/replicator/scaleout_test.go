@@ -17,8 +17,10 @@ import (
 	"github.com/specstar/replicator/sink/disk"
 )
 
-// buildReplicator builds the command into the test's temporary directory.
-func buildReplicator(t *testing.T) string {
+// buildReplicator builds the command into the test's temporary directory
+// (benchmarks too: they time `mirror` as a user runs it, in a process of
+// its own whose heap and soft memory limit hold nothing of theirs).
+func buildReplicator(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "replicator")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
