@@ -224,6 +224,13 @@ func TestFactoryFollowBlobAfterMeta(t *testing.T) {
 	}()
 	wait := func(what string) {
 		t.Helper()
+		for drained := false; !drained; { // passes that ended before now do not count
+			select {
+			case <-passes:
+			default:
+				drained = true
+			}
+		}
 		for range 2 { // a whole pass after the change
 			select {
 			case <-passes:
