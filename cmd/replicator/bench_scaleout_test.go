@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,10 +24,7 @@ func BenchmarkPostgresScaleOut(b *testing.B) {
 	archive, _ := benchInput(b)
 	conn := benchPGConnect(b)
 	defer conn.Close(context.Background())
-	bin := filepath.Join(b.TempDir(), "replicator")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		b.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildReplicator(b)
 	ctx := context.Background()
 	bus, err := stream.Open(ctx, stream.Config{DataDir: b.TempDir()}, quietLog())
 	if err != nil {

@@ -264,10 +264,7 @@ func writeDurably(root string, revs []directRev) error {
 // set of each: it must not grow with the archive.
 func BenchmarkMirrorPeakRSS(b *testing.B) {
 	dir := b.TempDir()
-	bin := filepath.Join(dir, "replicator")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		b.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildReplicator(b)
 	sizes := []int{2500, 10000}
 	paths := make([]string, len(sizes))
 	for i, n := range sizes {

@@ -22,10 +22,7 @@ func TestFactoryCrashAndResume(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and drains an archive several times")
 	}
-	bin := filepath.Join(t.TempDir(), "replicator")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildReplicator(t)
 	srv := s3test.Start(t)
 	srv.CreateBucket(t, "crash")
 	for _, kv := range srv.Env() {

@@ -27,10 +27,7 @@ func redisMeta(t *testing.T) string {
 // random points of the drain), restarts it each time, and checks that
 // the deployment then verifies equal to the archive, as a clean run's.
 func TestRedisCrashAndResume(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "replicator")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildReplicator(t)
 	archive := filepath.Join(t.TempDir(), "crash.acbak")
 	if err := writeArchive(archive, testsize.Of(120, 1500)); err != nil {
 		t.Fatal(err)

@@ -450,10 +450,7 @@ func TestCrashAndResume(t *testing.T) {
 	// sync=file makes each file durable before the next step; sync=batch
 	// writes a new revision's files in place and syncs once per batch, and
 	// relies on redelivery to repair what a kill cut short.
-	bin := filepath.Join(t.TempDir(), "replicator")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildReplicator(t)
 	for _, mode := range []string{"sync=file", "sync=batch"} {
 		t.Run(mode, func(t *testing.T) { crashAndResume(t, bin, mode) })
 	}
