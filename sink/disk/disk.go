@@ -78,15 +78,20 @@ type Sink struct {
 	mu     sync.Mutex
 	closed bool
 	dirty  map[string]struct{} // directories with entries not yet fsynced
+	// sealedDirty holds those of a sealed batch (sink.Overlapper), which
+	// FlushSealed syncs.
+	sealedDirty map[string]struct{}
 	// metaQueue holds each resource's newest meta decided since the last
-	// Flush, by model + "\x00" + resource id (see metaqueue.go).
-	metaQueue map[string]*queuedMeta
-	skipped   map[string]map[string]struct{} // OnDuplicate "skip": model -> resource ids whose meta was skipped
-	dbs       map[string]*sql.DB             // SQLite meta stores opened for writing, per model
-	roDBs     map[string]*sql.DB             // SQLite meta stores opened read-only, per model
-	tmpDir    string                         // this writer's staging directory
-	tmpMade   bool
-	tmpLock   *os.File // holds the flock on tmpDir's lock file while the staging directory is in use
+	// Seal or Flush, by model + "\x00" + resource id, sealedMetas those
+	// decided before it and not written yet (see metaqueue.go).
+	metaQueue   map[string]*queuedMeta
+	sealedMetas map[string]*queuedMeta
+	skipped     map[string]map[string]struct{} // OnDuplicate "skip": model -> resource ids whose meta was skipped
+	dbs         map[string]*sql.DB             // SQLite meta stores opened for writing, per model
+	roDBs       map[string]*sql.DB             // SQLite meta stores opened read-only, per model
+	tmpDir      string                         // this writer's staging directory
+	tmpMade     bool
+	tmpLock     *os.File // holds the flock on tmpDir's lock file while the staging directory is in use
 	// writerLock holds the flock on the root's WriterLockName while the
 	// sink is open for writing.
 	writerLock *os.File
@@ -117,13 +122,15 @@ func Open(ctx context.Context, root string, opts Options) (*Sink, error) {
 		return nil, fmt.Errorf("sink: root %s: %w", root, err)
 	}
 	d := &Sink{
-		root:      abs,
-		opts:      opts,
-		dirty:     map[string]struct{}{},
-		metaQueue: map[string]*queuedMeta{},
-		skipped:   map[string]map[string]struct{}{},
-		dbs:       map[string]*sql.DB{},
-		roDBs:     map[string]*sql.DB{},
+		root:        abs,
+		opts:        opts,
+		dirty:       map[string]struct{}{},
+		sealedDirty: map[string]struct{}{},
+		metaQueue:   map[string]*queuedMeta{},
+		sealedMetas: map[string]*queuedMeta{},
+		skipped:     map[string]map[string]struct{}{},
+		dbs:         map[string]*sql.DB{},
+		roDBs:       map[string]*sql.DB{},
 	}
 	if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) && !opts.ReadOnly {
 		if err := os.MkdirAll(abs, 0o755); err != nil {
@@ -881,21 +888,47 @@ func (d *Sink) ApplyBlob(ctx context.Context, fileID string, size int64, content
 // Flush makes every write applied so far durable (fsync of touched
 // directories); the caller acks messages only after Flush returns nil.
 // Files are fsynced before they are renamed into place, and SQLite commits
-// are durable when they return, so what remains is the directory entries.
+// are durable when they return, so what remains is the queued metas and
+// the directory entries.
 func (d *Sink) Flush(ctx context.Context) error {
-	if err := d.writeQueuedMetas(); err != nil {
-		return err
-	}
+	d.seal()
+	return d.FlushSealed(ctx)
+}
+
+// OverlapsFlush reports that this sink can make one batch durable while
+// the next is applied (sink.Overlapper): a batch's metas are written and
+// its directories synced at its flush, from sets Seal set aside (see
+// metaqueue.go for how decisions see metas not yet written).
+func (d *Sink) OverlapsFlush() bool { return !d.opts.ReadOnly }
+
+// Seal ends a batch (sink.Overlapper): FlushSealed makes durable what was
+// applied until now; what is applied from now on waits for the next Seal,
+// or a Flush.
+func (d *Sink) Seal() { d.seal() }
+
+// FlushSealed is Flush for what was applied before the last Seal
+// (sink.Overlapper), so that a batch is made durable while the next one
+// is being applied. With sync=batch its syncfs covers the next batch's
+// writes so far too, which only makes them durable early.
+func (d *Sink) FlushSealed(ctx context.Context) error {
+	touched, err := d.writeSealedMetas()
 	d.mu.Lock()
-	dirs := make([]string, 0, len(d.dirty))
-	for dir := range d.dirty {
+	for _, dir := range touched {
+		d.sealedDirty[dir] = struct{}{}
+	}
+	dirs := make([]string, 0, len(d.sealedDirty))
+	for dir := range d.sealedDirty {
 		dirs = append(dirs, dir)
 	}
-	d.dirty = map[string]struct{}{}
+	d.sealedDirty = map[string]struct{}{}
 	d.mu.Unlock()
+	if err != nil {
+		d.markSealedDirty(dirs...)
+		return err
+	}
 	if d.opts.SyncPerBatch && len(dirs) > 0 {
 		if err := syncFS(d.root); err != nil {
-			d.markDirty(dirs...)
+			d.markSealedDirty(dirs...)
 			return err
 		}
 		return nil
@@ -905,15 +938,25 @@ func (d *Sink) Flush(ctx context.Context) error {
 	sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
 	for i, dir := range dirs {
 		if err := ctx.Err(); err != nil {
-			d.markDirty(dirs[i:]...)
+			d.markSealedDirty(dirs[i:]...)
 			return err
 		}
 		if err := syncDir(dir); err != nil {
-			d.markDirty(dirs[i:]...)
+			d.markSealedDirty(dirs[i:]...)
 			return err
 		}
 	}
 	return nil
+}
+
+// markSealedDirty gives directories a failed flush did not make durable
+// back to the next one.
+func (d *Sink) markSealedDirty(dirs ...string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, dir := range dirs {
+		d.sealedDirty[dir] = struct{}{}
+	}
 }
 
 // syncNow fsyncs the given directories at once (and takes them off the

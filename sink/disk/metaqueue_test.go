@@ -30,6 +30,9 @@ func TestMetasWrittenOncePerBatch(t *testing.T) {
 		purgeAt  string
 		want     store.Outcome
 		flushNow bool
+		// seal ends the batch after the step (sink.Overlapper): later
+		// steps decide against its metas, which only flushSealed writes.
+		seal, flushSealed bool
 	}
 	for _, tc := range []struct {
 		name  string
@@ -56,6 +59,28 @@ func TestMetasWrittenOncePerBatch(t *testing.T) {
 			{meta: meta("2024-05-03T00:00:00Z", 2), want: store.Written},
 			{purgeAt: "2024-05-02T00:00:00Z", want: store.Stale},
 		}, meta("2024-05-03T00:00:00Z", 2)},
+		// A batch sealed and being flushed while the next is applied: the
+		// next decides against the sealed metas, not the file.
+		{"decided against a sealed meta", []step{
+			{meta: meta("2024-05-02T00:00:00Z", 2), want: store.Written, seal: true},
+			{meta: meta("2024-05-01T00:00:00Z", 1), want: store.Stale}, // older than the sealed one, though no file yet
+			{meta: meta("2024-05-03T00:00:00Z", 3), want: store.Written, flushSealed: true},
+		}, meta("2024-05-03T00:00:00Z", 3)},
+		{"sealed new meta purged before its flush", []step{
+			{meta: meta("2024-05-01T00:00:00Z", 1), want: store.Written, seal: true},
+			{purgeAt: "2024-05-02T00:00:00Z", want: store.Written, flushSealed: true},
+		}, nil},
+		{"stored meta, sealed and queued ones purged", []step{
+			{meta: meta("2024-05-01T00:00:00Z", 1), want: store.Written, flushNow: true},
+			{meta: meta("2024-05-02T00:00:00Z", 2), want: store.Written, seal: true},
+			{meta: meta("2024-05-03T00:00:00Z", 3), want: store.Written},
+			{purgeAt: "2024-05-04T00:00:00Z", want: store.Written, flushSealed: true},
+		}, nil},
+		{"purge older than a sealed meta", []step{
+			{meta: meta("2024-05-01T00:00:00Z", 1), want: store.Written, flushNow: true},
+			{meta: meta("2024-05-03T00:00:00Z", 2), want: store.Written, seal: true},
+			{purgeAt: "2024-05-02T00:00:00Z", want: store.Stale, flushSealed: true},
+		}, meta("2024-05-03T00:00:00Z", 2)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -78,6 +103,15 @@ func TestMetasWrittenOncePerBatch(t *testing.T) {
 				}
 				if s.flushNow {
 					if err := d.Flush(ctx); err != nil {
+						t.Fatal(err)
+					}
+					onDisk = fileBytes(t, path)
+				}
+				if s.seal {
+					d.Seal()
+				}
+				if s.flushSealed {
+					if err := d.FlushSealed(ctx); err != nil {
 						t.Fatal(err)
 					}
 					onDisk = fileBytes(t, path)

@@ -97,26 +97,29 @@ func (d *Sink) purgeMeta(ctx context.Context, model, resourceID string, purgedAt
 	}
 	dir := filepath.Join(d.root, model, "meta")
 	path := filepath.Join(dir, resourceID+store.MetaSuffix)
-	// A meta of this batch not written yet decides as if it were, and goes
-	// unwritten if the purge removes it.
-	if q := d.queuedMetaOf(model + "\x00" + resourceID); q != nil {
+	// A meta decided but not written yet (queued, or sealed and waiting
+	// for its flush) decides as if it were, and goes unwritten if the
+	// purge removes it.
+	dropped := false
+	if q, _ := d.queuedMetaOf(model + "\x00" + resourceID); q != nil {
 		if newerThanPurge(d.opts.Encoding, q.encoded, purgedAt) {
 			return store.Stale, nil
 		}
-		d.queueMeta(model+"\x00"+resourceID, nil)
-		if !q.onDisk {
-			return store.Written, nil
-		}
+		d.dropQueuedMeta(model + "\x00" + resourceID)
+		dropped = true
 	}
 	existing, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
+		if dropped {
+			return store.Written, nil
+		}
 		return store.Unchanged, nil
 	}
 	if err != nil {
 		return 0, fmt.Errorf("sink: purge: read meta %s: %w", path, err)
 	}
-	if newerThanPurge(d.opts.Encoding, existing, purgedAt) {
-		return store.Stale, nil
+	if !dropped && newerThanPurge(d.opts.Encoding, existing, purgedAt) {
+		return store.Stale, nil // (a dropped meta replaced this one: it decided)
 	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return 0, fmt.Errorf("sink: purge: remove meta %s: %w", path, err)

@@ -47,7 +47,7 @@ func (d *Sink) Meta(ctx context.Context, model, resourceID string) (*events.Reso
 		if !found {
 			return nil, fmt.Errorf("sink: meta %s: %w", where, fs.ErrNotExist)
 		}
-	} else if q := d.queuedMetaOf(model + "\x00" + resourceID); q != nil {
+	} else if q, _ := d.queuedMetaOf(model + "\x00" + resourceID); q != nil {
 		where, raw = filepath.Join(q.dir, q.name)+" (not yet flushed)", q.encoded // read your own writes
 	} else {
 		where = filepath.Join(d.root, model, "meta", resourceID+store.MetaSuffix)
