@@ -125,6 +125,7 @@ func BenchmarkCatchUpDrain(b *testing.B) {
 	var loader, drain time.Duration
 	for b.Loop() {
 		b.StopTimer()
+		settleDisk()
 		start := time.Now()
 		if err := writeLikeSpecStar(b.TempDir(), items); err != nil {
 			b.Fatal(err)
@@ -133,6 +134,7 @@ func BenchmarkCatchUpDrain(b *testing.B) {
 		ctx := context.Background()
 		bus := backlogBus(b, archive)
 		dir := b.TempDir()
+		settleDisk()
 		b.StartTimer()
 		start = time.Now()
 		var out, errs bytes.Buffer
