@@ -127,13 +127,13 @@ func BenchmarkCatchUpDrain(b *testing.B) {
 		b.StopTimer()
 		settleDisk()
 		start := time.Now()
-		if err := writeLikeSpecStar(b.TempDir(), items); err != nil {
+		if err := writeLikeSpecStar(keptTree(b), items); err != nil {
 			b.Fatal(err)
 		}
 		loader += time.Since(start)
 		ctx := context.Background()
 		bus := backlogBus(b, archive)
-		dir := b.TempDir()
+		dir := keptTree(b)
 		settleDisk()
 		b.StartTimer()
 		start = time.Now()
