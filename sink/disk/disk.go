@@ -891,7 +891,7 @@ func (d *Sink) ApplyBlob(ctx context.Context, fileID string, size int64, content
 // are durable when they return, so what remains is the queued metas and
 // the directory entries.
 func (d *Sink) Flush(ctx context.Context) error {
-	d.seal()
+	d.Seal()
 	return d.FlushSealed(ctx)
 }
 
@@ -900,11 +900,6 @@ func (d *Sink) Flush(ctx context.Context) error {
 // its directories synced at its flush, from sets Seal set aside (see
 // metaqueue.go for how decisions see metas not yet written).
 func (d *Sink) OverlapsFlush() bool { return !d.opts.ReadOnly }
-
-// Seal ends a batch (sink.Overlapper): FlushSealed makes durable what was
-// applied until now; what is applied from now on waits for the next Seal,
-// or a Flush.
-func (d *Sink) Seal() { d.seal() }
 
 // FlushSealed is Flush for what was applied before the last Seal
 // (sink.Overlapper), so that a batch is made durable while the next one

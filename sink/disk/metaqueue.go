@@ -99,10 +99,11 @@ func (d *Sink) currentMeta(key, dir, name string) (encoded []byte, onDisk bool, 
 	return b, true, nil
 }
 
-// seal ends a batch (sink.Overlapper): the metas queued and the
+// Seal ends a batch (sink.Overlapper): the metas queued and the
 // directories dirtied until now are what the next FlushSealed writes and
-// makes durable.
-func (d *Sink) seal() {
+// makes durable; what is applied from now on waits for the next Seal, or
+// a Flush.
+func (d *Sink) Seal() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for key, q := range d.metaQueue {
