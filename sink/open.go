@@ -181,6 +181,30 @@ func (s *Spec) DiskRoot() string {
 	return ""
 }
 
+// SyncPerBatchUnlessSet makes a plain disk sink whose URL does not say
+// sync= make each batch durable with one syncfs (sync=batch), for a job
+// whose events live no longer than the job (mirror's private stream): a
+// killed or power-cut run is run again, which rewrites whatever was torn,
+// so per-file fsyncs would promise nothing more at five times the cost.
+func (s *Spec) SyncPerBatchUnlessSet() {
+	if d, ok := s.spec.(*disk.Spec); ok && s.layers == nil && !d.SyncSet {
+		d.Options.SyncPerBatch = true
+	}
+}
+
+// Sync is a plain disk sink's durability, "file" or "batch" (see the disk
+// URL's sync=); "" for any other sink.
+func (s *Spec) Sync() string {
+	d, ok := s.spec.(*disk.Spec)
+	switch {
+	case !ok || s.layers != nil:
+		return ""
+	case d.Options.SyncPerBatch:
+		return "batch"
+	}
+	return "file"
+}
+
 // Where names the sink's destination for people: a disk sink's root, else
 // Raw.
 func (s *Spec) Where() string {

@@ -262,7 +262,7 @@ func BenchmarkMirrorVsSpecStarLoader(b *testing.B) {
 		bases     []side
 	}{
 		{"sync=batch", "?sync=batch", []side{load, writes}},
-		{"sync=file", "", []side{durably}},
+		{"sync=file", "?sync=file", []side{durably}},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			bin := buildReplicator(b)

@@ -122,3 +122,29 @@ func TestDiskMetaFormDetected(t *testing.T) {
 }
 
 func writeFile(path string, b []byte) error { return os.WriteFile(path, b, 0o644) }
+
+// TestMirrorDiskSyncDefault: a mirror into a disk sink makes each batch
+// durable with one syncfs unless the URL says sync=file, says which in its
+// summary, and the tree verifies equal either way.
+func TestMirrorDiskSyncDefault(t *testing.T) {
+	archive := testfixtures.Path(t, "small.acbak")
+	for _, tc := range []struct{ query, want string }{
+		{"", "batch"},
+		{"?sync=file", "file"},
+		{"?sync=batch", "batch"},
+	} {
+		dir := filepath.Join(t.TempDir(), "mirror")
+		code, out, errs := runCmd(t, "mirror", "--from", archive, "--to", "disk:"+dir+tc.query, "--json")
+		if code != exitOK {
+			t.Fatalf("mirror %q: exit %d\n%s%s", tc.query, code, out, errs)
+		}
+		var got struct{ Sync string }
+		if err := json.Unmarshal([]byte(out), &got); err != nil || got.Sync != tc.want {
+			t.Errorf("mirror %q: sync %q (%v), want %q: %s", tc.query, got.Sync, err, tc.want, out)
+		}
+		code, out, _ = runCmd(t, "verify", "--from", archive, "--to", "disk:"+dir+tc.query)
+		if code != exitOK || !strings.Contains(out, ": equal:") {
+			t.Errorf("verify %q: exit %d\n%s", tc.query, code, out)
+		}
+	}
+}

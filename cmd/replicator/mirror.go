@@ -23,7 +23,10 @@ var mirrorCmd = &cli.Command{
 	Name:  "replicator mirror",
 	Usage: "replicator mirror --from ARCHIVE --to DIR|URL|NAME (or --meta/--resources/--blobs) [flags]",
 	Summary: `One command on an embedded JetStream server: replay the archive,
-materialize it into a sink, print a summary. Serves no metrics.`,
+materialize it into a sink, print a summary. Serves no metrics. A disk
+sink makes each batch durable with one syncfs (sync=batch) unless its URL
+says sync=file: a killed or power-cut mirror is run again, and that
+rewrites whatever the cut left torn.`,
 	Examples: []string{
 		"replicator mirror --from dump.acbak --to /srv/specstar",
 		"replicator mirror --from dump.acbak --to 'disk:/srv/specstar?meta=sqlite' --json",
@@ -40,6 +43,7 @@ type mirrorSummary struct {
 	Revisions    int      `json:"revisions"`
 	Blobs        int      `json:"blobs"`
 	LargeBlobs   int      `json:"large_blobs"`
+	Sync         string   `json:"sync,omitempty"` // a disk sink's durability: "batch" or "file"
 	Applied      int64    `json:"applied"`
 	DeadLettered int64    `json:"dead_lettered"`
 	Warnings     []string `json:"warnings"`
@@ -84,6 +88,9 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		return mirrorCmd.Usagef(stderr, "%v", err)
 	}
 	spec := specs[0]
+	// The stream lives as long as this process: an ack promises nothing
+	// a rerun would not redo, so one syncfs per batch is enough.
+	spec.SyncPerBatchUnlessSet()
 	if os.Getenv("GOMEMLIMIT") == "" {
 		// A soft limit for the Go heap, so the peak RSS stays near
 		// mirrorMemory whatever the archive (GOMEMLIMIT overrides it).
@@ -164,7 +171,7 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	}
 	w := summaries([]*sink.Spec{spec}, []*replicate.Worker{worker})[0]
 	sum := mirrorSummary{From: *from, To: spec.Where(), Seconds: time.Since(start).Seconds(), ReplaySecs: replayed.Seconds(), Metas: rs.Metas, Revisions: rs.Revisions,
-		Blobs: rs.Blobs, LargeBlobs: rs.LargeBlobs, Applied: w.Applied, DeadLettered: w.DeadLettered, Warnings: []string{}}
+		Blobs: rs.Blobs, LargeBlobs: rs.LargeBlobs, Sync: spec.Sync(), Applied: w.Applied, DeadLettered: w.DeadLettered, Warnings: []string{}}
 	for _, warn := range rs.Warnings {
 		sum.Warnings = append(sum.Warnings, warn.Error())
 	}

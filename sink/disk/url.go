@@ -20,6 +20,9 @@ type Spec struct {
 	Options Options  // layout and durability options
 	Name    string   // durable consumer name (name=, else derived from Root)
 	Models  []string // models= filter; empty means every model
+	// SyncSet says the URL chose sync= itself, so a command's own default
+	// (mirror's sync=batch) does not override it.
+	SyncSet bool
 }
 
 // ParseSpec reads a disk sink URL: "disk:/path", "disk:///path", a plain
@@ -79,6 +82,7 @@ func ParseSpec(raw string) (*Spec, error) {
 				return nil, fmt.Errorf("on_duplicate=%q (want newer, overwrite, skip or raise_error)", v)
 			}
 		case "sync":
+			s.SyncSet = true
 			switch v {
 			case "file":
 			case "batch":
