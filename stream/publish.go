@@ -33,6 +33,7 @@ type PublishStats struct {
 type Publisher struct {
 	bus     *Bus
 	max     int
+	ackWait time.Duration // asyncAckWait; shorter in tests
 	pending []inflight
 	Stats   PublishStats
 }
@@ -49,7 +50,7 @@ func (b *Bus) NewPublisher(maxInflight int) *Publisher {
 	if maxInflight <= 0 {
 		maxInflight = 256
 	}
-	return &Publisher{bus: b, max: maxInflight}
+	return &Publisher{bus: b, max: maxInflight, ackWait: asyncAckWait}
 }
 
 // FitsInline reports whether a record payload of n bytes can travel as one
@@ -106,7 +107,7 @@ func (p *Publisher) reapOldest(ctx context.Context) error {
 	p.pending = p.pending[1:]
 	// Counted from the publish, so that the acks lost together with one
 	// stream leader all run out together, not one after the other.
-	timeout := time.NewTimer(time.Until(in.sent.Add(asyncAckWait)))
+	timeout := time.NewTimer(time.Until(in.sent.Add(p.ackWait)))
 	defer timeout.Stop()
 	select {
 	case ack := <-in.f.Ok():
@@ -120,7 +121,7 @@ func (p *Publisher) reapOldest(ctx context.Context) error {
 		// (the connection itself stayed up, so nats.go fails nothing):
 		// publish it again; its message id makes that safe.
 		p.bus.log.Warn("no acknowledgement of an async publish; publishing it again", "subject", in.msg.Subject,
-			"msg_id", in.msg.Header.Get(events.HeaderMsgID), "waited", asyncAckWait.String())
+			"msg_id", in.msg.Header.Get(events.HeaderMsgID), "waited", p.ackWait.String())
 		return p.publishSync(ctx, in.msg)
 	case <-ctx.Done():
 		return ctx.Err()
