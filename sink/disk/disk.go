@@ -1008,9 +1008,20 @@ func (d *Sink) Close() error {
 	return err
 }
 
+// markDirty records directories whose entries the next flush makes
+// durable. With sync=batch one syncfs covers them all, so the root stands
+// for every one: what a flush needs is that something changed, and the
+// set stays one entry rather than four a revision.
 func (d *Sink) markDirty(dirs ...string) {
+	if len(dirs) == 0 {
+		return
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.opts.SyncPerBatch {
+		d.dirty[d.root] = struct{}{}
+		return
+	}
 	for _, dir := range dirs {
 		d.dirty[dir] = struct{}{}
 	}
