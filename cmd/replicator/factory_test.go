@@ -5,7 +5,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -44,19 +43,9 @@ func TestFactoryCrashAndResume(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("run %d exited: %v", i, err)
-			}
-			continue
-		case <-time.After(time.Duration(200+rng.IntN(800)) * time.Millisecond):
+		if killPartway(t, bus, cmd, rng) {
+			kills++
 		}
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-done
-		kills++
 	}
 	if kills == 0 {
 		t.Fatal("the replicator always finished before it could be killed; enlarge the archive")

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -43,19 +42,9 @@ func TestRedisCrashAndResume(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("run %d exited: %v", i, err)
-			}
-			continue // finished before the kill
-		case <-time.After(time.Duration(100+rng.IntN(400)) * time.Millisecond):
+		if killPartway(t, bus, cmd, rng) {
+			kills++
 		}
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-done
-		kills++
 	}
 	if kills == 0 {
 		t.Fatal("the replicator always finished before it could be killed; enlarge the archive")

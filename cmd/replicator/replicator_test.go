@@ -439,6 +439,51 @@ func TestSeparateCommandsShareTheEmbeddedServer(t *testing.T) {
 	}
 }
 
+// killPartway waits, while cmd (a started `replicator run` on bus)
+// drains, until the stream's consumer has acknowledged a random share of
+// what was left when it started (a tenth to nine tenths of it), then
+// kills it with SIGKILL, so the kill lands mid-drain however fast the
+// machine is; it reports false if the process finished first, and fails
+// the test if it exited with an error.
+func killPartway(t *testing.T, bus *stream.Bus, cmd *exec.Cmd, rng *rand.Rand) bool {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	ctx := t.Context()
+	acked := func() uint64 {
+		var floor uint64
+		for ci := range bus.Stream.ListConsumers(ctx).Info() {
+			floor = max(floor, ci.AckFloor.Stream)
+		}
+		return floor
+	}
+	info, err := bus.Stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	floor, last := acked(), info.State.LastSeq
+	left := int(last - min(floor, last))
+	target := floor + uint64(max(1, left/10+rng.IntN(max(1, left*8/10))))
+	deadline := time.After(time.Minute)
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("run exited: %v", err)
+			}
+			return false // finished before the kill
+		case <-deadline:
+		case <-time.After(2 * time.Millisecond):
+			if acked() < target {
+				continue
+			}
+		}
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-done
+		return true
+	}
+}
+
 // TestCrashAndResume kills the replicator process (SIGKILL) at random
 // points of a drain (15,000 revisions and four kills in the long suite,
 // 3,000 and two by default), restarts it each time, and checks that the
@@ -478,19 +523,9 @@ func crashAndResume(t *testing.T, bin, mode string) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("run %d exited: %v", i, err)
-			}
-			continue // finished before the kill
-		case <-time.After(time.Duration(150+rng.IntN(900)) * time.Millisecond):
+		if killPartway(t, bus, cmd, rng) {
+			kills++
 		}
-		_ = cmd.Process.Signal(syscall.SIGKILL)
-		<-done
-		kills++
 	}
 	if kills == 0 {
 		t.Fatal("the replicator always finished before it could be killed; enlarge the archive")
