@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -296,5 +298,93 @@ func BenchmarkMirrorVsSpecStarLoader(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkMirrorVsSpecStarItself times, in each iteration and on the
+// loader archive, SpecStar's own `load` into its disk factory (the real
+// Python code, through testdata/specstar_load.py, which counts only the
+// load call itself: not Python's start nor its imports) and the built
+// `replicator mirror` (the whole process) into a disk tree with its
+// default durability (sync=batch), in the contract's uid-file index and
+// in the symlink index SpecStar's DiskResourceStore writes. The sides take
+// turns at going first. SpecStar cannot be installed by this repository
+// (it is not on the registries this project reaches): set
+// SPECSTAR_PYTHON to a Python 3.12+ that imports autocrud (PYTHONPATH
+// passes through), or the benchmark is skipped, saying so.
+func BenchmarkMirrorVsSpecStarItself(b *testing.B) {
+	python := os.Getenv("SPECSTAR_PYTHON")
+	if python == "" {
+		b.Skip("SPECSTAR_PYTHON is not set: it names a Python that can import SpecStar (autocrud)")
+	}
+	archive, err := loaderArchive()
+	if err != nil {
+		b.Fatal(err)
+	}
+	script, err := filepath.Abs(filepath.Join("testdata", "specstar_load.py"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, revisions := loaderItemsOf(b, archive)
+	bin := buildReplicator(b)
+	type side struct {
+		name string
+		run  func(root string) (time.Duration, error)
+	}
+	mirror := func(query string) func(string) (time.Duration, error) {
+		return func(root string) (time.Duration, error) {
+			start := time.Now()
+			out, err := exec.Command(bin, "mirror", "--from", archive, "--to", "disk:"+root+query, "--data-dir", b.TempDir()).CombinedOutput()
+			if err != nil {
+				return 0, fmt.Errorf("mirror: %v %s", err, out)
+			}
+			return time.Since(start), nil
+		}
+	}
+	verified := false
+	sides := []side{
+		{"specstar", func(root string) (time.Duration, error) {
+			out, err := exec.Command(python, script, archive, root, "model0,model1,model2").Output()
+			if err != nil {
+				return 0, fmt.Errorf("SpecStar's load: %v", err)
+			}
+			lines := strings.Fields(string(out))
+			if len(lines) == 0 {
+				return 0, fmt.Errorf("SpecStar's load printed nothing")
+			}
+			secs, err := strconv.ParseFloat(lines[len(lines)-1], 64)
+			if err != nil {
+				return 0, fmt.Errorf("SpecStar's load printed %q", out)
+			}
+			if !verified {
+				// What SpecStar wrote is what the mirror writes: the same
+				// records, read back by our verify.
+				if out, err := exec.Command(bin, "verify", "--from", archive, "--to", "disk:"+root).CombinedOutput(); err != nil {
+					return 0, fmt.Errorf("verify SpecStar's tree: %v %s", err, out)
+				}
+				verified = true
+			}
+			return time.Duration(secs * float64(time.Second)), nil
+		}},
+		{"mirror", mirror("")},
+		{"mirror-symlink", mirror("?index=symlink")},
+	}
+	took := make([]time.Duration, len(sides))
+	for i := 0; b.Loop(); i++ {
+		for j := range sides {
+			k := (i + j) % len(sides)
+			settleDisk()
+			d, err := sides[k].run(keptTree(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			took[k] += d
+		}
+	}
+	for k, s := range sides {
+		b.ReportMetric(float64(revisions*b.N)/took[k].Seconds(), s.name+"-revs/s")
+		if k > 0 {
+			b.ReportMetric(took[0].Seconds()/took[k].Seconds(), s.name+"/specstar")
+		}
 	}
 }
