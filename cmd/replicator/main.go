@@ -23,6 +23,7 @@ import (
 	"syscall"
 
 	"github.com/specstar/replicator/internal/cli"
+	redissink "github.com/specstar/replicator/sink/redis"
 )
 
 const (
@@ -71,6 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return run(ctx, append(append([]string{}, args[1:]...), "--help"), stdout, stderr)
 	}
 	log := cli.Logger(stderr, cli.Verbose(args))
+	redissink.RouteLogs(log)
 	switch cmd := args[0]; cmd {
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

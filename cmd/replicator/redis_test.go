@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/specstar/replicator/internal/freeport"
 	"github.com/specstar/replicator/internal/redistest"
 	"github.com/specstar/replicator/internal/testfixtures"
 	"github.com/specstar/replicator/internal/testsize"
@@ -91,5 +92,29 @@ func TestRedisSecretsNeverShow(t *testing.T) {
 	}
 	if strings.Contains(all, secret) {
 		t.Fatalf("the password shows:\n%s", all)
+	}
+}
+
+// TestRedisDialFailureSaysItOnce: a Redis sink that cannot be reached is
+// one error from the command, not also go-redis's own lines in a format
+// of their own on the process's stderr (its pool logs every failed dial
+// through a package-level logger, which the commands route to their
+// debug log).
+func TestRedisDialFailureSaysItOnce(t *testing.T) {
+	bin := buildReplicator(t)
+	closed := "redis://" + freeport.Addr(t) + "/0"
+	var stderr strings.Builder
+	cmd := exec.Command(bin, "verify", "--from", testfixtures.Path(t, "small.acbak"), "--to", closed)
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err == nil {
+		t.Fatal("verify against a Redis that is not there succeeded")
+	}
+	if !strings.Contains(stderr.String(), "connection refused") {
+		t.Fatalf("the error does not say why:\n%s", stderr.String())
+	}
+	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		if !strings.HasPrefix(line, "replicator verify: ") {
+			t.Errorf("a line that is not the command's: %q", line)
+		}
 	}
 }

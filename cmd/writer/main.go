@@ -23,6 +23,7 @@ import (
 	"syscall"
 
 	"github.com/specstar/replicator/internal/cli"
+	redissink "github.com/specstar/replicator/sink/redis"
 )
 
 const (
@@ -77,7 +78,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if f := commands[args[0]]; f != nil {
-		return f(ctx, args[1:], stdout, stderr, cli.Logger(stderr, cli.Verbose(args)))
+		log := cli.Logger(stderr, cli.Verbose(args))
+		redissink.RouteLogs(log)
+		return f(ctx, args[1:], stdout, stderr, log)
 	}
 	fmt.Fprintf(stderr, "writer: unknown command %q\n\n%s", args[0], usage)
 	return exitError
