@@ -221,6 +221,43 @@ func loaderItemsOf(b *testing.B, archive string) (items []loaderItem, revisions 
 	return items, revisions
 }
 
+// benchSide is one side of a same-run comparison: run writes a tree under
+// root and says how long the part that counts took.
+type benchSide struct {
+	name string
+	run  func(root string) (time.Duration, error)
+}
+
+// timed is a side whose whole run counts.
+func timed(name string, run func(root string) error) benchSide {
+	return benchSide{name, func(root string) (time.Duration, error) {
+		start := time.Now()
+		err := run(root)
+		return time.Since(start), err
+	}}
+}
+
+// takeTurns runs every side once per iteration, each into a kept tree
+// after a settleDisk, the first side changing from one iteration to the
+// next (each side leaves a tree behind, which slows the next), and
+// returns each side's total time.
+func takeTurns(b *testing.B, sides []benchSide) []time.Duration {
+	b.Helper()
+	took := make([]time.Duration, len(sides))
+	for i := 0; b.Loop(); i++ {
+		for j := range sides {
+			k := (i + j) % len(sides)
+			settleDisk()
+			d, err := sides[k].run(keptTree(b))
+			if err != nil {
+				b.Fatal(err)
+			}
+			took[k] += d
+		}
+	}
+	return took
+}
+
 // BenchmarkMirrorVsSpecStarLoader times, in each iteration and on the same
 // archive, baselines and `replicator mirror` into a disk tree, one
 // sub-benchmark per sync mode, and reports each one's revisions/s and the
@@ -244,31 +281,27 @@ func BenchmarkMirrorVsSpecStarLoader(b *testing.B) {
 			durable = append(durable, directRev{it.uid, it.rid, it.revID, it.info, it.data})
 		}
 	}
-	type side struct {
-		name string
-		run  func(root string) error
-	}
-	load := side{"loader", func(root string) error {
+	load := timed("loader", func(root string) error {
 		n, err := loadLikeSpecStar(root, archive)
 		if err == nil && n != revisions {
 			err = fmt.Errorf("loader stand-in wrote %d revisions, want %d", n, revisions)
 		}
 		return err
-	}}
-	writes := side{"writes", func(root string) error { return writeLikeSpecStar(root, items) }}
+	})
+	writes := timed("writes", func(root string) error { return writeLikeSpecStar(root, items) })
 	// The durable baseline writes the revisions only; the mirror writes
 	// the metas too, at its own cost.
-	durably := side{"durable", func(root string) error { return writeDurably(filepath.Join(root, "model0", "data"), durable) }}
+	durably := timed("durable", func(root string) error { return writeDurably(filepath.Join(root, "model0", "data"), durable) })
 	for _, mode := range []struct {
 		name, opt string
-		bases     []side
+		bases     []benchSide
 	}{
-		{"sync=batch", "?sync=batch", []side{load, writes}},
-		{"sync=file", "?sync=file", []side{durably}},
+		{"sync=batch", "?sync=batch", []benchSide{load, writes}},
+		{"sync=file", "?sync=file", []benchSide{durably}},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			bin := buildReplicator(b)
-			mirror := side{"mirror", func(root string) error {
+			mirror := timed("mirror", func(root string) error {
 				// The built binary: in this process the mirror's soft memory
 				// limit would also have to hold the items above.
 				out, err := exec.Command(bin, "mirror", "--from", archive, "--to", "disk:"+root+mode.opt, "--data-dir", b.TempDir()).CombinedOutput()
@@ -276,20 +309,9 @@ func BenchmarkMirrorVsSpecStarLoader(b *testing.B) {
 					return fmt.Errorf("mirror: %v %s", err, out)
 				}
 				return nil
-			}}
-			sides := append([]side{mirror}, mode.bases...)
-			took := make([]time.Duration, len(sides))
-			for i := 0; b.Loop(); i++ {
-				for j := range sides {
-					k := (i + j) % len(sides)
-					settleDisk()
-					start := time.Now()
-					if err := sides[k].run(keptTree(b)); err != nil {
-						b.Fatal(err)
-					}
-					took[k] += time.Since(start)
-				}
-			}
+			})
+			sides := append([]benchSide{mirror}, mode.bases...)
+			took := takeTurns(b, sides)
 			rate := func(d time.Duration) float64 { return float64(revisions*b.N) / d.Seconds() }
 			for k, s := range sides {
 				b.ReportMetric(rate(took[k]), s.name+"-revs/s")
@@ -327,22 +349,17 @@ func BenchmarkMirrorVsSpecStarItself(b *testing.B) {
 	}
 	_, revisions := loaderItemsOf(b, archive)
 	bin := buildReplicator(b)
-	type side struct {
-		name string
-		run  func(root string) (time.Duration, error)
-	}
-	mirror := func(query string) func(string) (time.Duration, error) {
-		return func(root string) (time.Duration, error) {
-			start := time.Now()
+	mirror := func(name, query string) benchSide {
+		return timed(name, func(root string) error {
 			out, err := exec.Command(bin, "mirror", "--from", archive, "--to", "disk:"+root+query, "--data-dir", b.TempDir()).CombinedOutput()
 			if err != nil {
-				return 0, fmt.Errorf("mirror: %v %s", err, out)
+				return fmt.Errorf("mirror: %v %s", err, out)
 			}
-			return time.Since(start), nil
-		}
+			return nil
+		})
 	}
 	verified := false
-	sides := []side{
+	sides := []benchSide{
 		{"specstar", func(root string) (time.Duration, error) {
 			out, err := exec.Command(python, script, archive, root, "model0,model1,model2").Output()
 			if err != nil {
@@ -366,21 +383,10 @@ func BenchmarkMirrorVsSpecStarItself(b *testing.B) {
 			}
 			return time.Duration(secs * float64(time.Second)), nil
 		}},
-		{"mirror", mirror("")},
-		{"mirror-symlink", mirror("?index=symlink")},
+		mirror("mirror", ""),
+		mirror("mirror-symlink", "?index=symlink"),
 	}
-	took := make([]time.Duration, len(sides))
-	for i := 0; b.Loop(); i++ {
-		for j := range sides {
-			k := (i + j) % len(sides)
-			settleDisk()
-			d, err := sides[k].run(keptTree(b))
-			if err != nil {
-				b.Fatal(err)
-			}
-			took[k] += d
-		}
-	}
+	took := takeTurns(b, sides)
 	for k, s := range sides {
 		b.ReportMetric(float64(revisions*b.N)/took[k].Seconds(), s.name+"-revs/s")
 		if k > 0 {
