@@ -175,7 +175,7 @@ func Open(ctx context.Context, raw string) (Sink, error) {
 
 // DiskRoot is the root directory of a plain disk sink, "" for any other.
 func (s *Spec) DiskRoot() string {
-	if d, ok := s.spec.(*disk.Spec); ok && s.layers == nil {
+	if d := s.plainDisk(); d != nil {
 		return d.Root
 	}
 	return ""
@@ -187,7 +187,7 @@ func (s *Spec) DiskRoot() string {
 // killed or power-cut run is run again, which rewrites whatever was torn,
 // so per-file fsyncs would promise nothing more at five times the cost.
 func (s *Spec) SyncPerBatchUnlessSet() {
-	if d, ok := s.spec.(*disk.Spec); ok && s.layers == nil && !d.SyncSet {
+	if d := s.plainDisk(); d != nil && !d.SyncSet {
 		d.Options.SyncPerBatch = true
 	}
 }
@@ -195,14 +195,22 @@ func (s *Spec) SyncPerBatchUnlessSet() {
 // Sync is a plain disk sink's durability, "file" or "batch" (see the disk
 // URL's sync=); "" for any other sink.
 func (s *Spec) Sync() string {
-	d, ok := s.spec.(*disk.Spec)
-	switch {
-	case !ok || s.layers != nil:
+	switch d := s.plainDisk(); {
+	case d == nil:
 		return ""
 	case d.Options.SyncPerBatch:
 		return "batch"
 	}
 	return "file"
+}
+
+// plainDisk is the disk backend's spec of a sink that is one disk
+// deployment, nil for any other (a layered deployment included).
+func (s *Spec) plainDisk() *disk.Spec {
+	if d, ok := s.spec.(*disk.Spec); ok && s.layers == nil {
+		return d
+	}
+	return nil
 }
 
 // Where names the sink's destination for people: a disk sink's root, else
