@@ -7,6 +7,7 @@ import (
 
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/redact"
+	"github.com/specstar/replicator/internal/scheme"
 	"github.com/specstar/replicator/sink/disk"
 	"github.com/specstar/replicator/sink/layered"
 	"github.com/specstar/replicator/sink/postgres"
@@ -104,6 +105,10 @@ type Spec struct {
 	layers *layers // Kind "deployment"
 }
 
+// Schemes are the URL schemes a sink can be given with; anything else
+// before a colon is refused rather than taken as a relative path.
+func Schemes() []string { return []string{"disk", "postgres", "postgresql", "s3", "redis", "rediss"} }
+
 // Parse reads a sink URL: "disk:/path" or a plain path (see disk.ParseSpec),
 // postgres:// (see postgres.ParseSpec), s3:// (see s3.ParseSpec) or
 // redis:// (a Redis meta store, see redis.ParseSpec).
@@ -117,9 +122,10 @@ func Parse(raw string) (*Spec, error) {
 			}
 		}
 	}
-	if be.kind == "disk" && !strings.HasPrefix(raw, "disk:") && strings.Contains(raw, "://") {
-		scheme, _, _ := strings.Cut(raw, "://")
-		return nil, fmt.Errorf("sink %q: %s sinks are not available (disk:/path, postgres://, s3:// and redis:// are)", raw, scheme)
+	if be.kind == "disk" && !strings.HasPrefix(raw, "disk:") {
+		if err := scheme.Check("sink", raw, Schemes()...); err != nil {
+			return nil, err
+		}
 	}
 	s := &Spec{Raw: be.display(raw), Kind: be.kind, be: be}
 	bs, err := be.parse(raw)

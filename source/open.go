@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/specstar/replicator/acbak"
+	"github.com/specstar/replicator/internal/scheme"
 	redissink "github.com/specstar/replicator/sink/redis"
 	"github.com/specstar/replicator/source/archive"
 	"github.com/specstar/replicator/source/disk"
@@ -65,6 +66,12 @@ func backend(scheme string) (opener, bool) {
 	return nil, false
 }
 
+// Schemes are the URL schemes a source can be given with; anything else
+// before a colon is refused rather than taken as a relative path.
+func Schemes() []string {
+	return []string{"file", "disk", "postgres", "postgresql", "s3", "redis", "rediss"}
+}
+
 // Scheme is the kind of URL a source is given as: its scheme, or "file"
 // for a plain path.
 func Scheme(raw string) string {
@@ -88,13 +95,16 @@ func Open(spec Spec) (Source, error) {
 	if spec.Name == "" {
 		spec.Name = Redact(spec.From)
 	}
-	scheme := Scheme(spec.From)
-	if st, err := os.Stat(strings.TrimPrefix(spec.From, "file://")); scheme == "file" && err == nil && st.IsDir() {
-		scheme = "disk" // a directory is a disk tree
+	if err := scheme.Check("source", spec.From, Schemes()...); err != nil {
+		return nil, err
 	}
-	open, ok := backend(scheme)
+	kind := Scheme(spec.From)
+	if st, err := os.Stat(strings.TrimPrefix(spec.From, "file://")); kind == "file" && err == nil && st.IsDir() {
+		kind = "disk" // a directory is a disk tree
+	}
+	open, ok := backend(kind)
 	if !ok {
-		return nil, fmt.Errorf("source %s: unknown kind of source %q (want an archive path, a disk directory, postgres://, redis:// or s3://)", spec.Name, scheme)
+		return nil, fmt.Errorf("source %s: unknown kind of source %q (want an archive path, a disk directory, or one of the schemes %s)", spec.Name, kind, strings.Join(Schemes(), ", "))
 	}
 	return open(spec)
 }

@@ -32,7 +32,9 @@ func TestOpenDispatch(t *testing.T) {
 		{from: "redis://:secret@h:6379/0?encoding=yaml", wantErr: "yaml"},
 		{from: "disk:/var/lib/specstar", want: &disk.Source{}},
 		{from: t.TempDir(), want: &disk.Source{}}, // a directory is a disk tree
-		{from: "ftp://h/x", wantErr: `unknown kind of source "ftp"`},
+		{from: "ftp://h/x", wantErr: `unknown scheme "ftp:"`},
+		{from: "dsk:/tmp/a.acbak", wantErr: `unknown scheme "dsk:" (known: file, disk, postgres`}, // not a relative path
+		{from: "./dsk:/tmp/a.acbak", want: &archive.Source{}},
 		{from: "postgres://u:secret@h/db?encoding=yaml", wantErr: "xxxxx"},
 		{from: "", wantErr: "no source given"},
 	} {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/specstar/replicator/internal/scheme"
 	"github.com/specstar/replicator/source"
 )
 
@@ -51,11 +52,13 @@ func Scheme(raw string) string {
 		return "s3"
 	case strings.HasPrefix(raw, "redis://"), strings.HasPrefix(raw, "rediss://"):
 		return "redis"
-	case strings.HasPrefix(raw, "disk:"), !strings.Contains(raw, "://"):
+	case strings.HasPrefix(raw, "disk:"):
 		return "disk"
 	}
-	scheme, _, _ := strings.Cut(raw, "://")
-	return scheme
+	if s, ok := scheme.Of(raw); ok {
+		return s // not a store (dsk:/x): Resolved refuses it
+	}
+	return "disk"
 }
 
 // S3Factory is the Scheme of SpecStar's all-S3 factory, whose one URL
@@ -80,7 +83,7 @@ func (d Deployment) Resolved() (Deployment, error) {
 	if d.URL != "" {
 		kinds, ok := layersOf[Scheme(d.URL)]
 		if !ok {
-			return out, fmt.Errorf("deployment %s: url %q: unknown store (want disk:/path, postgres://, s3:// or redis://)", d.label(), d.URL)
+			return out, fmt.Errorf("deployment %s: url %q: unknown store (known schemes: disk:, postgres://, s3://, redis://; a path with a colon is written ./PATH)", d.label(), d.URL)
 		}
 		for _, l := range kinds {
 			if p := out.layer(l); *p == "" {
@@ -99,7 +102,7 @@ func (d Deployment) Resolved() (Deployment, error) {
 		}
 		kinds, ok := layersOf[Scheme(raw)]
 		if !ok {
-			return out, fmt.Errorf("deployment %s: %s %q: unknown store (want disk:/path, postgres://, s3:// or redis://)", d.label(), l, raw)
+			return out, fmt.Errorf("deployment %s: %s %q: unknown store (known schemes: disk:, postgres://, s3://, redis://; a path with a colon is written ./PATH)", d.label(), l, raw)
 		}
 		if !contains(kinds, l) {
 			return out, fmt.Errorf("deployment %s: %s %q: a %s store cannot hold %s (SpecStar has %s)", d.label(), l, raw, Scheme(raw), l, kindsFor(l))

@@ -36,6 +36,9 @@ func TestResolved(t *testing.T) {
 		{name: "redis cannot hold revisions", in: Deployment{Meta: "redis://h/0", Resources: "redis://h/0"}, wantErr: "cannot hold resources"},
 		{name: "postgres cannot hold blobs", in: Deployment{Meta: "postgres://h/db", Blobs: "postgres://h/db"}, wantErr: "cannot hold blobs"},
 		{name: "unknown scheme", in: Deployment{URL: "gs://b/"}, wantErr: "unknown store"},
+		{name: "a mistyped scheme is not a relative path", in: Deployment{Blobs: "dsk:/tmp/m5"}, wantErr: "unknown store (known schemes: disk:"},
+		{name: "a path with a colon written ./", in: Deployment{URL: "./dsk:/tmp/m5"},
+			want: Deployment{Meta: "./dsk:/tmp/m5", Resources: "./dsk:/tmp/m5", Blobs: "./dsk:/tmp/m5"}},
 		{name: "empty", in: Deployment{}, wantErr: "no store given"},
 	}
 	for _, tt := range tests {
