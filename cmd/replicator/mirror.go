@@ -64,7 +64,7 @@ const mirrorAheadBytes = 32 << 20
 // growing.
 const mirrorMemory = 96 << 20
 
-func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int {
+func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) (code int) {
 	var verbose bool
 	fs := mirrorCmd.FlagSet(&verbose)
 	from := fs.String("from", "", "the archive to replay")
@@ -80,7 +80,10 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	if !ok {
 		return code
 	}
-	if len(pos) != 0 || *from == "" || (len(sa.sinks) == 0) == !sa.dep.Layered() || len(sa.sinks) > 1 {
+	if len(pos) != 0 {
+		return mirrorCmd.Usagef(stderr, "unexpected arguments %q", pos)
+	}
+	if *from == "" || (len(sa.sinks) == 0) == !sa.dep.Layered() || len(sa.sinks) > 1 {
 		return mirrorCmd.Usagef(stderr, "want --from ARCHIVE, and one --to DIR (or --meta/--resources/--blobs)")
 	}
 	_, specs, err := sa.resolve(fs)
@@ -108,7 +111,7 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	start := time.Now()
 	f, err := os.Open(*from)
 	if err != nil {
-		return mirrorCmd.Errorf(stderr, exitError, "%v", err)
+		return mirrorCmd.Fail(stderr, cli.InputCode(err), *from, err)
 	}
 	defer f.Close()
 	// A paced mirror's stream holds only the backlog the replay is ahead,
@@ -127,6 +130,16 @@ func cmdMirror(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	}
 	defer bus.Close()
 	st, _ := f.Stat()
+	root := spec.DiskRoot()
+	_, statErr := os.Stat(root)
+	if root != "" && os.IsNotExist(statErr) {
+		// A target this mirror made is not left behind empty when it fails.
+		defer func() {
+			if code != exitOK {
+				os.Remove(root) // only if empty: what was applied stays
+			}
+		}()
+	}
 	snk, err := spec.Open(ctx)
 	if err != nil {
 		return mirrorCmd.Errorf(stderr, exitError, "%v", err)

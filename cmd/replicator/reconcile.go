@@ -106,7 +106,7 @@ func cmdReconcile(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	st, err := compare.Reconcile(ctx, cs.src, cs.reader, compare.ReconcileOptions{Scope: scopeOf(spec), Fix: pub, Out: out, Index: index})
 	cs.meter.Stop(err)
 	if err != nil {
-		return reconcileCmd.Errorf(stderr, exitError, "%s: %v", from, err)
+		return reconcileCmd.Fail(stderr, cli.InputCode(err), from, err)
 	}
 	res := reconcileResult{From: from, To: spec.Raw, DryRun: *dryRun, Metas: int64(st.Metas), Revisions: int64(st.Revisions),
 		Blobs: int64(st.Blobs), Differences: int64(st.Differences), Repairs: int64(st.Repairs)}

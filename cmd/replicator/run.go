@@ -45,8 +45,14 @@ func registerConfig(fs *flag.FlagSet, c *replicate.Config) {
 	fs.IntVar(&c.MaxAckPending, "max-ack-pending", d.MaxAckPending, "unacknowledged events JetStream lets one sink hold")
 	fs.DurationVar(&c.AckWait, "ack-wait", d.AckWait, "redeliver an event not acked within this time")
 	fs.IntVar(&c.Parallel, "parallel", d.Parallel, "events of a batch applied at once")
+	c.MirrorWait = d.MirrorWait
+}
+
+// registerStreamConfig adds the consumer flags that only matter on a
+// stream this process did not just make (run's, not mirror's).
+func registerStreamConfig(fs *flag.FlagSet, c *replicate.Config) {
 	fs.BoolVar(&c.AcceptGap, "accept-gap", false, "go on when the stream no longer holds events a sink never applied (retention removed them)")
-	fs.DurationVar(&c.MirrorWait, "mirror-wait", d.MirrorWait, "with --until-drained on a mirror: how long to wait for it to catch up with its origin before draining what it holds")
+	fs.DurationVar(&c.MirrorWait, "mirror-wait", c.MirrorWait, "with --until-drained on a mirror: how long to wait for it to catch up with its origin before draining what it holds")
 }
 
 // defaultListen is run's metrics address as a service.
@@ -59,6 +65,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 	bf.register(fs)
 	var wc replicate.Config
 	registerConfig(fs, &wc)
+	registerStreamConfig(fs, &wc)
 	var sa sinkArgs
 	sa.register(fs, "what is written (repeatable): disk:/path[?options], postgres://..., s3://bucket/prefix?endpoint=..., or a deployment of --config")
 	fs.BoolVar(&wc.UntilDrained, "until-drained", false, "exit once every sink has applied everything the stream held at start")

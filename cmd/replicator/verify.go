@@ -76,8 +76,10 @@ func openCompared(ctx context.Context, c *cli.Command, a *comparisonArgs, fs *fl
 	}
 	spec := specs[0]
 	if root := spec.DiskRoot(); root != "" {
-		if _, err := os.Stat(root); err != nil {
-			return nil, c.Errorf(stderr, exitError, "sink %s: %v", spec.Raw, err)
+		if _, err := os.Stat(root); os.IsNotExist(err) {
+			return nil, c.Errorf(stderr, exitError, "sink %s: no such directory", spec.Raw)
+		} else if err != nil {
+			return nil, c.Fail(stderr, exitError, "sink "+spec.Raw, err)
 		}
 	}
 	snk, err := spec.OpenReader(ctx)
@@ -134,7 +136,7 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	c, err := compare.Verify(ctx, cs.src, cs.reader, compare.VerifyOptions{Scope: scopeOf(cs.spec), Out: out})
 	cs.meter.Stop(err)
 	if err != nil {
-		return verifyCmd.Errorf(stderr, exitError, "%s: %v", cs.from, err)
+		return verifyCmd.Fail(stderr, cli.InputCode(err), cs.from, err)
 	}
 	res := verifyResult{From: cs.from, To: cs.spec.Raw, Equal: c.Differences == 0,
 		Metas: int64(c.Metas), Revisions: int64(c.Revisions), Blobs: int64(c.Blobs), Differences: int64(c.Differences)}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/specstar/replicator/internal/cli"
@@ -76,6 +78,12 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	if err != nil {
 		return exportCmd.Usagef(stderr, "%v", err)
 	}
+	if source.Scheme(spec.From) == "file" {
+		// A missing archive is the input missing (exit 1), as everywhere.
+		if _, err := os.Stat(strings.TrimPrefix(spec.From, "file://")); err != nil {
+			return exportCmd.Fail(stderr, cli.InputCode(err), "", err)
+		}
+	}
 	if spec.Blobs == "refs" {
 		spec.Blobs = ""
 	}
@@ -94,7 +102,7 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	case errors.Is(err, export.ErrExists):
 		return exportCmd.Errorf(stderr, exitError, "%v", err)
 	case err != nil:
-		return exportCmd.Errorf(stderr, exitError, "%s: %v", spec.Name, err)
+		return exportCmd.Fail(stderr, exitError, spec.Name, err)
 	}
 	res := exportResult{From: spec.Name, To: *to, Seconds: time.Since(start).Seconds(), Stats: st}
 	if *asJSON {

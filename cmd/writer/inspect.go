@@ -51,8 +51,7 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	}
 	f, opts, err := openArchive(path, a)
 	if err != nil {
-		fmt.Fprintf(stderr, "writer inspect: %v\n", err)
-		return exitInvalid
+		return inspectCmd.Fail(stderr, exitInvalid, "", err)
 	}
 	defer f.Close()
 	meter := progress.New("inspect "+path, opts.Size, log)
@@ -60,15 +59,13 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	meter.Update(int64(sum.Frames), sum.Bytes)
 	meter.Stop(err)
 	if err != nil {
-		fmt.Fprintf(stderr, "writer inspect: %s: %v\n", path, err)
-		return exitInvalid
+		return inspectCmd.Fail(stderr, exitInvalid, path, err)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(sum); err != nil {
-			fmt.Fprintf(stderr, "writer inspect: %v\n", err)
-			return exitInvalid
+			return inspectCmd.Fail(stderr, exitError, "", err)
 		}
 		return exitOK
 	}
@@ -125,8 +122,7 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	}
 	f, opts, err := openArchive(path, a)
 	if err != nil {
-		fmt.Fprintf(stderr, "writer verify: %v\n", err)
-		return exitInvalid
+		return verifyCmd.Fail(stderr, exitInvalid, "", err)
 	}
 	defer f.Close()
 	meter := progress.New("verify "+path, opts.Size, log)
@@ -147,7 +143,7 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		if errors.Is(err, context.Canceled) {
 			fmt.Fprintln(stderr, "writer verify: interrupted")
 		} else {
-			fmt.Fprintf(stderr, "writer verify: %s: %v\n", path, err)
+			verifyCmd.Fail(stderr, exitInvalid, path, err)
 		}
 		return exitInvalid
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/internal/cli"
+	specdeploy "github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/source/archive"
 	"github.com/specstar/replicator/stream"
@@ -56,6 +57,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	fs.StringVar(&cfg.DataDir, "data-dir", stream.DefaultDataDir(), "embedded server's data directory")
 	cfg.Auth.Register(fs)
 	fs.IntVar(&cfg.Replicas, "replicas", 1, "stream replicas (clustered servers)")
+	configPath := fs.String("config", os.Getenv("SPECSTAR_CONFIG"), "YAML file with nats settings (default $SPECSTAR_CONFIG), as every command takes")
 	fs.DurationVar(&cfg.DuplicateWindow, "duplicate-window", time.Hour, "how long JetStream drops re-published records by message id")
 	inflight := fs.Int("max-inflight", 512, "published events awaiting their acknowledgement at most")
 	noCheck := fs.Bool("no-check", false, "publish while reading, without checking the whole archive first (a bad archive may then leave records on the stream)")
@@ -68,10 +70,18 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	if !ok {
 		return code
 	}
+	if *configPath != "" {
+		c, err := specdeploy.Load(*configPath)
+		if err == nil {
+			err = c.ApplyFlags(fs)
+		}
+		if err != nil {
+			return replayCmd.Usagef(stderr, "%v", err)
+		}
+	}
 	f, opts, err := openArchive(path, a)
 	if err != nil {
-		fmt.Fprintf(stderr, "writer replay: %v\n", err)
-		return exitInvalid
+		return replayCmd.Fail(stderr, exitInvalid, "", err)
 	}
 	defer f.Close()
 	switch {
@@ -99,7 +109,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	meter.Update(int64(st.Frames), st.Bytes)
 	meter.Stop(err)
 	if err != nil {
-		return replayCmd.Errorf(stderr, exitInvalid, "%s: %v", path, err)
+		return replayCmd.Fail(stderr, cli.InputCode(err), path, err)
 	}
 	el := time.Since(start)
 	if *asJSON {

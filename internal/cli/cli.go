@@ -11,10 +11,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/specstar/replicator/acbak"
 )
 
 // Exit codes, the same for every command.
@@ -138,14 +141,59 @@ func (c *Command) Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Write
 
 // Usagef prints a usage error naming the command and returns ExitError.
 func (c *Command) Usagef(stderr io.Writer, format string, args ...any) int {
-	fmt.Fprintf(stderr, "%s: %s\nusage: %s\n", c.Name, fmt.Sprintf(format, args...), c.Usage)
+	fmt.Fprintf(stderr, "%s: %s\nusage: %s\n", c.Name, OneLine(fmt.Sprintf(format, args...)), c.Usage)
 	return ExitError
 }
 
-// Errorf prints an operational error naming the command and returns code.
+// Errorf prints an error naming the command, on one line, and returns code.
 func (c *Command) Errorf(stderr io.Writer, code int, format string, args ...any) int {
-	fmt.Fprintf(stderr, "%s: %s\n", c.Name, fmt.Sprintf(format, args...))
+	fmt.Fprintf(stderr, "%s: %s\n", c.Name, OneLine(fmt.Sprintf(format, args...)))
 	return code
+}
+
+// Fail prints err naming the command and what (the object it concerns,
+// left out when err already names it), on one line, and returns code.
+func (c *Command) Fail(stderr io.Writer, code int, what string, err error) int {
+	if what == "" || strings.Contains(err.Error(), what) {
+		return c.Errorf(stderr, code, "%v", err)
+	}
+	return c.Errorf(stderr, code, "%s: %v", what, err)
+}
+
+// OneLine joins a message's lines with "; ", each once: a driver's error
+// that lists every address it tried (the same dial error for each) is
+// printed as one line.
+func OneLine(msg string) string {
+	if !strings.Contains(msg, "\n") {
+		return msg
+	}
+	var parts []string
+	for _, l := range strings.Split(msg, "\n") {
+		l = strings.TrimRight(strings.TrimSpace(l), ":")
+		if l != "" && !slices.Contains(parts, l) {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// InputCode is the exit status of an error reading the input (--from):
+// ExitDiffer when the input is missing or not valid, which no retry
+// changes (a missing file, a file that is not a valid archive, a
+// condition of the source an error with a Permanent method reports);
+// ExitError for anything else (a store or the stream unreachable).
+func InputCode(err error) int {
+	var ae *acbak.Error
+	var perm interface{ Permanent() bool }
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, fs.ErrNotExist), errors.As(err, &ae), errors.Is(err, acbak.ErrNotArchive), errors.Is(err, acbak.ErrEmpty):
+		return ExitDiffer
+	case errors.As(err, &perm) && perm.Permanent():
+		return ExitDiffer
+	}
+	return ExitError
 }
 
 // PrintHelp writes the usage line, the summary, the flags by group and

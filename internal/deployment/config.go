@@ -29,7 +29,8 @@ import (
 //
 // ${VAR} in a value is replaced by the environment variable VAR, so
 // secrets stay out of the file; an unset one is an error when the value is
-// used (a deployment's, when it is looked up).
+// used (a deployment's, when it is looked up). ${VAR:-default} is default
+// when VAR is unset or empty, ${VAR-default} when it is unset.
 type Config struct {
 	// Path is the file the configuration was read from, for messages.
 	Path string `json:"-"`
@@ -48,7 +49,9 @@ var busFlagNames = []string{
 	"max-inflight", "nats-creds", "nats-nkey", "tls-ca", "tls-cert", "tls-key",
 }
 
-var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+// envRef is ${VAR}, ${VAR:-default} (VAR unset or empty) or
+// ${VAR-default} (VAR unset), as a shell reads them.
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}`)
 
 // Load reads and checks a configuration file.
 func Load(path string) (*Config, error) {
@@ -90,8 +93,9 @@ func Parse(path string, raw []byte) (*Config, error) {
 	return c, nil
 }
 
-// expandEnv replaces every ${VAR} by the environment variable VAR; an
-// unset one is an error naming it. A value that lands in a URL's userinfo
+// expandEnv replaces every ${VAR} by the environment variable VAR
+// (${VAR:-default}, ${VAR-default}: by the default as a shell does); an
+// unset one without a default is an error naming it. A value that lands in a URL's userinfo
 // or query is percent-encoded, so a password holding "/", "@", "?" or "#"
 // stays one password instead of splitting the URL (the rest was taken as
 // a host name and resolved). In a host or path it is left as it is.
@@ -103,11 +107,14 @@ func expandEnv(v string) (string, error) {
 		b.WriteString(v[last:m[0]])
 		name := v[m[2]:m[3]]
 		x, ok := os.LookupEnv(name)
-		if !ok {
-			missing = append(missing, name)
-		}
 		if escapedAt(v, m[0]) {
 			x = escapeComponent(x)
+		}
+		if m[4] >= 0 && (!ok || x == "" && v[m[4]:m[5]] == ":-") {
+			x, ok = v[m[6]:m[7]], true // the default, written in the file as it is meant
+		}
+		if !ok {
+			missing = append(missing, name)
 		}
 		b.WriteString(x)
 		last = m[1]

@@ -201,3 +201,28 @@ func TestKubernetesExampleConfig(t *testing.T) {
 		t.Errorf("mirror = %+v, want one disk tree", c.Deployments["mirror"])
 	}
 }
+
+// ${VAR:-default} and ${VAR-default} take the default as a shell does
+// (issue 25 item 6: they were passed through literally).
+func TestEnvDefaults(t *testing.T) {
+	t.Setenv("TEST_EMPTY_XYZ", "")
+	t.Setenv("TEST_SET_XYZ", "p@ss")
+	c, err := Parse("c.yaml", []byte("nats:\n  url: nats://${TEST_NOT_SET_XYZ:-nats}:${TEST_EMPTY_XYZ:-4222}\n  stream: ${TEST_EMPTY_XYZ-KEPT}X\n"+
+		"deployments:\n  prod:\n    meta: postgres://u:${TEST_SET_XYZ:-none}@h/${TEST_NOT_SET_XYZ-app}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.NATS["url"]; got != "nats://nats:4222" {
+		t.Errorf("nats url = %q, want nats://nats:4222", got)
+	}
+	if got := c.NATS["stream"]; got != "X" {
+		t.Errorf("stream = %q, want X (${VAR-default} keeps a set, empty VAR)", got)
+	}
+	d, ok, err := c.Lookup("prod")
+	if !ok || err != nil {
+		t.Fatalf("Lookup(prod) = %v, %v", ok, err)
+	}
+	if got := d.Meta; got != "postgres://u:p%40ss@h/app" {
+		t.Errorf("meta = %q, want postgres://u:p%%40ss@h/app", got)
+	}
+}

@@ -80,8 +80,9 @@ func (m *Meter) Done() {
 }
 
 // Stop ends the meter for work that may have failed: with err nil it is
-// Done; otherwise the final line says the work failed, with the error, so
-// a failed command never reports "done".
+// Done; otherwise the final line says the work failed (at INFO, with
+// its counts: the command prints the error), so a failed command never
+// reports "done".
 func (m *Meter) Stop(err error) {
 	if err == nil {
 		m.Done()
@@ -100,7 +101,9 @@ func (m *Meter) Stop(err error) {
 		return // the command prints the error itself
 	}
 	if m.log != nil {
-		m.log.Warn(m.what+" failed", "records", m.records, "bytes", m.bytes, "err", err)
+		// INFO, without the error: the command prints the error once, on
+		// one line (a WARN here printed it twice).
+		m.log.Info(m.what+" failed", "records", m.records, "bytes", m.bytes)
 	}
 }
 

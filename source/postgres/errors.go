@@ -17,6 +17,10 @@ func (e *PermanentError) Error() string { return e.Err.Error() }
 // Unwrap returns the condition.
 func (e *PermanentError) Unwrap() error { return e.Err }
 
+// Permanent reports that no retry changes the condition (the commands
+// exit 1 on it, as on any input that is not valid).
+func (e *PermanentError) Permanent() bool { return true }
+
 // permanentCodes are the SQLSTATEs no retry changes: the server's
 // configuration, the user's privileges, the deployment's tables.
 var permanentCodes = map[string]bool{
