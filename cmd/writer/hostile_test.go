@@ -159,8 +159,8 @@ func TestLogicalTailStopsOnReplicaServer(t *testing.T) {
 	_, from := deploymentAt(t, pgDSN(), "replica")
 	bus := testStream(t)
 	code, out, errs := runWriterWithin(t, 45*time.Second, "tail", "--mode", "logical", "--from", from, "--nats", bus.URL(), "--listen", "")
-	if code == exitOK || !strings.Contains(errs, "wal_level=replica") {
-		t.Fatalf("tail --mode logical on a wal_level=replica server: exit %d, want non-zero naming wal_level\n%s%s", code, out, errs)
+	if code != exitDiffer || !strings.Contains(errs, "wal_level=replica") {
+		t.Fatalf("tail --mode logical on a wal_level=replica server: exit %d, want 1 (issue 26 item 14: the README's code for a permanent condition) naming wal_level\n%s%s", code, out, errs)
 	}
 	t.Logf("exit %d: %s", code, strings.TrimSpace(errs[strings.LastIndex(errs, "writer tail:"):]))
 }
@@ -177,8 +177,8 @@ func TestLogicalTailStopsOnPermanentConditions(t *testing.T) {
 
 	// No meta table under the prefix.
 	code, out := tail(dsn + "&table_prefix=nothing_here_")
-	if code == exitOK || !strings.Contains(out, "no meta tables") {
-		t.Fatalf("tail of a prefix without tables: exit %d, want non-zero naming the missing tables\n%s", code, out)
+	if code != exitDiffer || !strings.Contains(out, "no meta tables") {
+		t.Fatalf("tail of a prefix without tables: exit %d, want 1 naming the missing tables\n%s", code, out)
 	}
 
 	// A user who may read the tables but not replicate.
@@ -197,7 +197,7 @@ func TestLogicalTailStopsOnPermanentConditions(t *testing.T) {
 		}
 	}
 	code, out = tail(strings.Replace(from, "postgres@", "norepl@", 1))
-	if code == exitOK || !strings.Contains(out, "REPLICATION") {
+	if code != exitDiffer || !strings.Contains(out, "REPLICATION") {
 		t.Fatalf("tail as a user without REPLICATION: exit %d, want non-zero naming the attribute\n%s", code, out)
 	}
 	var pubs, slots int

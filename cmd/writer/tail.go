@@ -91,14 +91,12 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	m := newTailMetrics()
 	p, bus, closeFn, err := openPG(ctx, &f, log, m.hooks(&meter))
 	if err != nil {
-		fmt.Fprintf(stderr, "writer tail: %v\n", err)
-		return exitError
+		return tailCmd.Fail(stderr, tailCode(err), "", err)
 	}
 	defer closeFn()
 	if *dropSlot {
 		if err := p.DropSlot(ctx, *lo); err != nil {
-			fmt.Fprintf(stderr, "writer tail: %v\n", err)
-			return exitError
+			return tailCmd.Fail(stderr, tailCode(err), "", err)
 		}
 		fmt.Fprintf(stdout, "dropped slot %s and publication %s\n", lo.Slot, lo.Publication)
 		return exitOK
@@ -110,11 +108,21 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	}
 	mode, err := p.Tail(ctx, o)
 	if err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintf(stderr, "writer tail: %v\n", err)
-		return exitError
+		return tailCmd.Fail(stderr, tailCode(err), "", err)
 	}
 	fmt.Fprintf(stdout, "tail of %s (%s) stopped: %d events published\n", source.Redact(f.src.from), mode, p.Events())
 	return exitOK
+}
+
+// tailCode is the exit status of a tail that stopped on err: 1 for a
+// condition of the deployment no wait changes (postgres.IsPermanent:
+// wal_level not logical, no REPLICATION attribute, no meta table), as the
+// README's table says for input that is not valid; 2 otherwise.
+func tailCode(err error) int {
+	if postgres.IsPermanent(err) {
+		return exitDiffer
+	}
+	return exitError
 }
 
 // tailRedis is writer tail of a deployment whose meta store is Redis;
