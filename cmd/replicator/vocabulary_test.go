@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -120,5 +121,69 @@ func TestExitCodes(t *testing.T) {
 		if code, out, errs := runCmd(t, c.args...); code != c.want {
 			t.Errorf("%v: exit %d, want %d\n%s%s", c.args, code, c.want, out, errs)
 		}
+	}
+}
+
+// TestExitCodeRule (issue 25 item 3): the one rule, every command given
+// bad input. A missing or invalid archive is 1 wherever it is read (it was
+// 2 in verify and mirror, 1 in the writer); a flag no command has, an
+// unexpected argument or a mistyped scheme is 2; an error that is no usage
+// error is printed once, on one line (item 4).
+func TestExitCodeRule(t *testing.T) {
+	dir := t.TempDir()
+	notArchive := dir + "/README.md"
+	os.WriteFile(notArchive, []byte("# not an archive\n\nthese are notes\n"), 0o644)
+	missing := dir + "/missing.acbak"
+	sinkDir := t.TempDir()
+	type tc struct {
+		args []string
+		want int
+	}
+	var cases []tc
+	for name := range commands {
+		cases = append(cases, tc{append(strings.Fields(name), "--bogus-flag"), exitError})
+	}
+	for _, cmd := range [][]string{{"verify"}, {"reconcile", "--dry-run"}} {
+		with := func(args ...string) []string { return append(append([]string{}, cmd...), args...) }
+		cases = append(cases,
+			tc{with("--from", missing, "--to", sinkDir), exitDiffer},
+			tc{with("--from", notArchive, "--to", sinkDir), exitDiffer},
+			tc{with("--from", "dsk:"+dir, "--to", sinkDir), exitError},
+			tc{with("--from", missing, "--to", "dsk:"+sinkDir), exitError},
+		)
+	}
+	target := filepath.Join(t.TempDir(), "target")
+	cases = append(cases,
+		tc{[]string{"mirror", "--from", missing, "--to", target, "--data-dir", t.TempDir()}, exitDiffer},
+		tc{[]string{"mirror", "--from", notArchive, "--to", target, "--data-dir", t.TempDir()}, exitDiffer},
+		tc{[]string{"mirror", "--from", notArchive, "--to", "dsk:" + target, "--data-dir", t.TempDir()}, exitError},
+		tc{[]string{"mirror", "--from", notArchive, "--to", target, "extra-arg"}, exitError},
+		tc{[]string{"run", "--to", "dsk:" + target, "--until-drained"}, exitError},
+	)
+	for _, c := range cases {
+		code, out, errs := runCmd(t, c.args...)
+		if code != c.want {
+			t.Errorf("%v: exit %d, want %d\n%s%s", c.args, code, c.want, out, errs)
+			continue
+		}
+		if strings.Contains(errs, "level=WARN") {
+			t.Errorf("%v: the error is also logged:\n%s", c.args, errs)
+		}
+		lines := strings.Split(strings.TrimSpace(errs), "\n")
+		if c.want == exitDiffer && len(lines) != 1 {
+			t.Errorf("%v: %d lines on stderr, want the error once, on one line:\n%s", c.args, len(lines), errs)
+		}
+		if strings.Contains(strings.Join(c.args, " "), "dsk:") && !strings.Contains(errs, "unknown scheme") {
+			t.Errorf("%v: a mistyped scheme is not refused as one:\n%s", c.args, errs)
+		}
+	}
+	if _, err := os.Stat(target); !os.IsNotExist(err) {
+		t.Errorf("the failed mirrors left their target %s behind (%v)", target, err)
+	}
+	if _, err := os.Stat("dsk:" + target); !os.IsNotExist(err) {
+		t.Errorf("--to dsk:%s made a directory of that name (%v)", target, err)
+	}
+	if _, _, errs := runCmd(t, "mirror", "--from", notArchive, "--to", target, "extra-arg"); !strings.Contains(errs, `unexpected arguments ["extra-arg"]`) {
+		t.Errorf("mirror with an extra argument does not say so:\n%s", errs)
 	}
 }

@@ -101,6 +101,8 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		return exportCmd.Errorf(stderr, exitDiffer, "%s: no models found (looked for %s); nothing was written", spec.Name, lookedFor(spec.From))
 	case errors.Is(err, export.ErrExists):
 		return exportCmd.Errorf(stderr, exitError, "%v", err)
+	case err != nil && cli.InvalidArchive(err):
+		return exportCmd.Fail(stderr, exitInvalid, spec.Name, err)
 	case err != nil:
 		return exportCmd.Fail(stderr, exitError, spec.Name, err)
 	}

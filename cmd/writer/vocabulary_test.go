@@ -102,3 +102,55 @@ func TestNotAnArchive(t *testing.T) {
 func execOut(bin string, args ...string) ([]byte, error) {
 	return exec.Command(bin, args...).CombinedOutput()
 }
+
+// TestExitCodeRule (issue 25 item 3): the replicator's rule, every writer
+// command given bad input: a missing or invalid archive is 1, a flag no
+// command has or a mistyped scheme is 2, and an error that is no usage
+// error is printed once, on one line (item 4).
+func TestExitCodeRule(t *testing.T) {
+	dir := t.TempDir()
+	notArchive := filepath.Join(dir, "README.md")
+	os.WriteFile(notArchive, []byte("# not an archive\n\nthese are notes\n"), 0o644)
+	missing := filepath.Join(dir, "missing.acbak")
+	out := filepath.Join(t.TempDir(), "out.acbak")
+	data := t.TempDir()
+	type tc struct {
+		args []string
+		want int
+	}
+	var cases []tc
+	for name := range commands {
+		cases = append(cases, tc{[]string{name, "--bogus-flag"}, exitUsage})
+	}
+	for _, from := range []string{missing, notArchive} {
+		cases = append(cases,
+			tc{[]string{"inspect", "--from", from}, exitInvalid},
+			tc{[]string{"verify", "--from", from}, exitInvalid},
+			tc{[]string{"replay", "--from", from, "--data-dir", data}, exitInvalid},
+			tc{[]string{"export", "--from", from, "--to", out}, exitInvalid},
+		)
+	}
+	cases = append(cases,
+		tc{[]string{"export", "--from", "dsk:" + dir, "--to", out}, exitUsage},
+		tc{[]string{"snapshot", "--from", "dsk:" + dir, "--data-dir", data}, exitUsage},
+	)
+	for _, c := range cases {
+		code, stdout, errs := runWriter(t, c.args...)
+		if code != c.want {
+			t.Errorf("%v: exit %d, want %d\n%s%s", c.args, code, c.want, stdout, errs)
+			continue
+		}
+		if strings.Contains(errs, "level=WARN") {
+			t.Errorf("%v: the error is also logged:\n%s", c.args, errs)
+		}
+		if lines := strings.Split(strings.TrimSpace(errs), "\n"); c.want == exitInvalid && len(lines) != 1 {
+			t.Errorf("%v: %d lines on stderr, want the error once, on one line:\n%s", c.args, len(lines), errs)
+		}
+		if strings.Contains(strings.Join(c.args, " "), "dsk:") && !strings.Contains(errs, "unknown scheme") {
+			t.Errorf("%v: a mistyped scheme is not refused as one:\n%s", c.args, errs)
+		}
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("a failed export left %s (%v)", out, err)
+	}
+}

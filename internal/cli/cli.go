@@ -177,18 +177,24 @@ func OneLine(msg string) string {
 	return strings.Join(parts, "; ")
 }
 
+// InvalidArchive reports whether err is an archive that is not valid
+// (an *acbak.Error: not an archive, truncated, out of order).
+func InvalidArchive(err error) bool {
+	var ae *acbak.Error
+	return errors.As(err, &ae) || errors.Is(err, acbak.ErrNotArchive) || errors.Is(err, acbak.ErrEmpty)
+}
+
 // InputCode is the exit status of an error reading the input (--from):
 // ExitDiffer when the input is missing or not valid, which no retry
 // changes (a missing file, a file that is not a valid archive, a
 // condition of the source an error with a Permanent method reports);
 // ExitError for anything else (a store or the stream unreachable).
 func InputCode(err error) int {
-	var ae *acbak.Error
 	var perm interface{ Permanent() bool }
 	switch {
 	case err == nil:
 		return ExitOK
-	case errors.Is(err, fs.ErrNotExist), errors.As(err, &ae), errors.Is(err, acbak.ErrNotArchive), errors.Is(err, acbak.ErrEmpty):
+	case errors.Is(err, fs.ErrNotExist), InvalidArchive(err):
 		return ExitDiffer
 	case errors.As(err, &perm) && perm.Permanent():
 		return ExitDiffer
