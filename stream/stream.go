@@ -517,7 +517,7 @@ func (b *Bus) Apply(ctx context.Context, change Config) (jetstream.StreamConfig,
 		return b.JS.CreateOrUpdateStream(ctx, want)
 	})
 	if err != nil {
-		return jetstream.StreamConfig{}, fmt.Errorf("stream %s: %w", want.Name, err)
+		return jetstream.StreamConfig{}, fmt.Errorf("stream %s: %w", want.Name, explainConfigError(err, want))
 	}
 	b.Stream = st
 	return st.CachedInfo().Config, nil

@@ -148,3 +148,17 @@ func TestMirrorDiskSyncDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamApplySaysWhatToChange (issue 25 item 5): a max-age shorter
+// than the duplicate window is refused with what to change, not only
+// NATS' err_code=10052.
+func TestStreamApplySaysWhatToChange(t *testing.T) {
+	dataDir := t.TempDir()
+	if code, out, errs := runCmd(t, "stream", "apply", "--data-dir", dataDir, "--duplicate-window", "2h", "--max-age", "24h"); code != exitOK {
+		t.Fatalf("stream apply --duplicate-window 2h: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, errs := runCmd(t, "stream", "apply", "--data-dir", dataDir, "--max-age", "1h")
+	if code != exitError || !strings.Contains(errs, "give --duplicate-window 1h0m0s or less") || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+		t.Fatalf("stream apply --max-age 1h under a 2 h duplicate window: exit %d, want 2 with one line saying what to change\n%s%s", code, out, errs)
+	}
+}

@@ -62,8 +62,7 @@ func cmdStream(ctx context.Context, c *cli.Command, sub string, args []string, s
 	change := bf.cfg
 	bus, err := bf.open(ctx, nil, log, sub == "info")
 	if err != nil {
-		fmt.Fprintf(stderr, "replicator stream %s: %v\n", sub, err)
-		return exitError
+		return c.Fail(stderr, exitError, "", err)
 	}
 	defer bus.Close()
 	if sub == "apply" {
@@ -71,14 +70,12 @@ func cmdStream(ctx context.Context, c *cli.Command, sub string, args []string, s
 		fs.Visit(func(f *flag.Flag) { change.Given[f.Name] = true })
 		delete(change.Given, "v")
 		if _, err := bus.Apply(ctx, change); err != nil {
-			fmt.Fprintf(stderr, "replicator stream apply: %v\n", err)
-			return exitError
+			return c.Fail(stderr, exitError, "", err)
 		}
 	}
 	info, err := bus.Stream.Info(ctx)
 	if err != nil {
-		fmt.Fprintf(stderr, "replicator stream %s: %v\n", sub, err)
-		return exitError
+		return c.Fail(stderr, exitError, "", err)
 	}
 	if *asJSON {
 		cli.JSON(stdout, info)
