@@ -162,3 +162,22 @@ func TestStreamApplySaysWhatToChange(t *testing.T) {
 		t.Fatalf("stream apply --max-age 1h under a 2 h duplicate window: exit %d, want 2 with one line saying what to change\n%s%s", code, out, errs)
 	}
 }
+
+// TestHelpOfGroupsAndUnknownCommands (issue 25 item 5): `help bogus`
+// names bogus alone, and the groups' help shows examples.
+func TestHelpOfGroupsAndUnknownCommands(t *testing.T) {
+	code, _, errs := runCmd(t, "help", "bogus")
+	if code != exitError || !strings.HasPrefix(errs, `replicator: unknown command "bogus"`+"\n") {
+		t.Errorf("help bogus: exit %d\n%s", code, errs)
+	}
+	for _, args := range [][]string{{"dlq", "--help"}, {"stream", "--help"}, {"help", "dlq"}, {"help", "stream"}} {
+		group := args[0]
+		if group == "help" {
+			group = args[1]
+		}
+		code, out, errs := runCmd(t, args...)
+		if code != exitOK || !strings.Contains(out, "\nexamples:\n  replicator "+group+" ") {
+			t.Errorf("%v: exit %d, want 0 with examples\n%s%s", args, code, out, errs)
+		}
+	}
+}

@@ -57,6 +57,24 @@ func main() {
 	os.Exit(code)
 }
 
+// groups are the commands that only group others, with their
+// subcommands; groupHelp prints their help.
+var groups = map[string]string{"dlq": "list, replay", "stream": "info, apply"}
+
+// groupHelp is the help of a group: its usage and its subcommands' first
+// examples.
+func groupHelp(group string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage: replicator %s <%s> [flags]\n(replicator %s <sub> --help shows its flags)\n\nexamples:\n",
+		group, strings.ReplaceAll(groups[group], ", ", "|"), group)
+	for _, c := range []*cli.Command{dlqListCmd, dlqReplayCmd, streamInfoCmd, streamApplyCmd} {
+		if strings.HasPrefix(c.Name, "replicator "+group+" ") {
+			fmt.Fprintf(&b, "  %s\n", c.Examples[len(c.Examples)-1])
+		}
+	}
+	return b.String()
+}
+
 // commands are the replicator's commands by name ("dlq list" included).
 var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int{
 	"run": cmdRun, "mirror": cmdMirror, "verify": cmdVerify, "reconcile": cmdReconcile, "status": cmdStatus,
@@ -69,6 +87,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitError
 	}
 	if args[0] == "help" && len(args) > 1 {
+		if commands[args[1]] == nil && groups[args[1]] == "" {
+			fmt.Fprintf(stderr, "replicator: unknown command %q\n\n%s", args[1], usage)
+			return exitError
+		}
 		return run(ctx, append(append([]string{}, args[1:]...), "--help"), stdout, stderr)
 	}
 	log := cli.Logger(stderr, cli.Verbose(args))
@@ -78,11 +100,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	case "dlq", "stream":
-		subs := map[string]string{"dlq": "list, replay", "stream": "info, apply"}[cmd]
 		if len(args) > 1 && commands[cmd+" "+args[1]] != nil {
 			return commands[cmd+" "+args[1]](ctx, args[2:], stdout, stderr, log)
 		}
-		msg := fmt.Sprintf("usage: replicator %s <%s> [flags]\n(replicator %s <sub> --help shows its flags)\n", cmd, strings.ReplaceAll(subs, ", ", "|"), cmd)
+		msg := groupHelp(cmd)
 		if len(args) > 1 && (args[1] == "--help" || args[1] == "-h" || args[1] == "help") {
 			fmt.Fprint(stdout, msg)
 			return exitOK
