@@ -181,3 +181,25 @@ func TestHelpOfGroupsAndUnknownCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestReadOnlyCommandsListNoStreamSettings (issue 25 item 6): status,
+// dlq list and stream info create no stream, so their help lists no
+// stream-creation defaults; mirror lists none of run's stream-only
+// consumer flags.
+func TestReadOnlyCommandsListNoStreamSettings(t *testing.T) {
+	for _, args := range [][]string{{"status"}, {"dlq", "list"}, {"stream", "info"}, {"mirror"}} {
+		_, out, _ := runCmd(t, append(args, "--help")...)
+		flags := []string{"--max-age", "--max-bytes", "--retention", "--replicas", "--mirror-of", "--accept-gap", "--mirror-wait"}
+		if args[0] != "mirror" { // mirror's own embedded stream has its window
+			flags = append(flags, "--duplicate-window")
+		}
+		for _, f := range flags {
+			if strings.Contains(out, "\n  "+f+" ") || strings.Contains(out, "\n  "+f+"\n") {
+				t.Errorf("%v --help lists %s:\n%s", args, f, out)
+			}
+		}
+		if !strings.Contains(out, "--nats") && args[0] != "mirror" {
+			t.Errorf("%v --help lists no --nats:\n%s", args, out)
+		}
+	}
+}

@@ -42,7 +42,11 @@ func openDLQ(ctx context.Context, c *cli.Command, args []string, stdout, stderr 
 	var verbose bool
 	fs := c.FlagSet(&verbose)
 	var bf busFlags
-	bf.register(fs)
+	if c == dlqListCmd {
+		bf.registerConn(fs) // reads only
+	} else {
+		bf.register(fs)
+	}
 	var cf configOnly
 	cf.register(fs)
 	consumer := fs.String("consumer", "", "only this sink consumer's dead letters (its name, as status shows it)")

@@ -30,11 +30,10 @@ type busFlags struct {
 	cfg stream.Config
 }
 
+// register adds the flags of a command that may create the stream: the
+// connection's and the stream's settings.
 func (b *busFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&b.cfg.URL, "nats", os.Getenv("NATS_URL"), "NATS server URL (default $NATS_URL; empty runs an embedded JetStream server)")
-	fs.StringVar(&b.cfg.Stream, "stream", "SPECSTAR", "JetStream stream name")
-	fs.StringVar(&b.cfg.SubjectPrefix, "subject-prefix", "specstar", "subject prefix of events")
-	fs.StringVar(&b.cfg.DataDir, "data-dir", stream.DefaultDataDir(), "embedded server's data directory")
+	b.registerConn(fs)
 	fs.IntVar(&b.cfg.Replicas, "replicas", 1, "stream replicas (clustered servers)")
 	fs.DurationVar(&b.cfg.MaxAge, "max-age", 0, "stream retention by age (0: unlimited)")
 	fs.Int64Var(&b.cfg.MaxBytes, "max-bytes", 0, "stream retention by size (0: unlimited)")
@@ -43,6 +42,17 @@ func (b *busFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.cfg.MirrorOf, "mirror-of", "", "make the stream a read-only mirror of this upstream stream (and its blob bucket), e.g. another region's SPECSTAR")
 	fs.StringVar(&b.cfg.MirrorDomain, "mirror-domain", "", "JetStream domain of the --mirror-of stream (leaf-node regions): API prefix $JS.<domain>.API")
 	fs.StringVar(&b.cfg.MirrorAPIPrefix, "mirror-api-prefix", "", "external JetStream API prefix of the --mirror-of stream (instead of --mirror-domain)")
+}
+
+// registerConn adds the flags that say where the stream is, and only
+// those: a read-only command (status, dlq list, stream info) creates no
+// stream, so it lists no stream settings.
+func (b *busFlags) registerConn(fs *flag.FlagSet) {
+	b.cfg.Replicas, b.cfg.Retention, b.cfg.DuplicateWindow = 1, "limits", time.Hour // register's defaults
+	fs.StringVar(&b.cfg.URL, "nats", os.Getenv("NATS_URL"), "NATS server URL (default $NATS_URL; empty runs an embedded JetStream server)")
+	fs.StringVar(&b.cfg.Stream, "stream", "SPECSTAR", "JetStream stream name")
+	fs.StringVar(&b.cfg.SubjectPrefix, "subject-prefix", "specstar", "subject prefix of events")
+	fs.StringVar(&b.cfg.DataDir, "data-dir", stream.DefaultDataDir(), "embedded server's data directory")
 	fs.StringVar(&b.cfg.Domain, "domain", "", "JetStream domain of the embedded server")
 	b.cfg.Auth.Register(fs)
 }

@@ -26,7 +26,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	var verbose bool
 	fs := statusCmd.FlagSet(&verbose)
 	var bf busFlags
-	bf.register(fs)
+	bf.registerConn(fs)
 	var cf configOnly
 	cf.register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object")

@@ -43,7 +43,11 @@ func cmdStream(ctx context.Context, c *cli.Command, sub string, args []string, s
 	var verbose bool
 	fs := c.FlagSet(&verbose)
 	var bf busFlags
-	bf.register(fs)
+	if sub == "info" {
+		bf.registerConn(fs) // reads only
+	} else {
+		bf.register(fs)
+	}
 	var cf configOnly
 	cf.register(fs)
 	asJSON := fs.Bool("json", false, "print the settings and state as JSON")
