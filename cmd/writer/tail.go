@@ -57,7 +57,8 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	f.register(fs, stderr)
 	var o publish.TailOptions
 	fs.StringVar(&o.Mode, "mode", publish.ModeAuto, "how to follow changes: logical (replication slot, pgoutput), poll (keyset polling on updated_time), or auto (logical where the server allows it, else poll)")
-	fs.DurationVar(&o.Interval, "interval", postgres.DefaultPollInterval, "poll mode: poll interval when nothing changed")
+	fs.DurationVar(&o.Interval, "interval", postgres.DefaultPollInterval,
+		fmt.Sprintf("Postgres poll mode and the all-S3 factory: the poll interval when nothing changed; Redis: the rescan period, %v unless given", redis.DefaultRescan))
 	fs.DurationVar(&o.Overlap, "overlap", postgres.DefaultPollOverlap, "poll mode: re-read window for commits that become visible late")
 	fs.DurationVar(&o.PurgeCheck, "purge-check", postgres.DefaultPurgeCheck, "poll mode: how often the meta tables' ids are listed to publish a purge for each deleted row (negative: never)")
 	lo := &o.Logical

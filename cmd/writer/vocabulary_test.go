@@ -154,3 +154,28 @@ func TestExitCodeRule(t *testing.T) {
 		t.Errorf("a failed export left %s (%v)", out, err)
 	}
 }
+
+// TestTailIntervalSaysBothDefaults (issue 25 item 6): --interval's help
+// gave 1 s where the text says a Redis rescan is every 5 s; it says both.
+// replay takes --config as every other command does.
+func TestTailIntervalSaysBothDefaults(t *testing.T) {
+	_, out, _ := runWriter(t, "tail", "--help")
+	i := strings.Index(out, "  --interval ")
+	if i < 0 {
+		t.Fatalf("tail --help lists no --interval:\n%s", out)
+	}
+	line, _, _ := strings.Cut(out[i+2:], "\n  --") // up to the next flag
+	if !strings.Contains(line, `(default "1s")`) || !strings.Contains(line, "Redis: the rescan period, 5s unless given") {
+		t.Errorf("--interval's help does not give both defaults: %q", line)
+	}
+	_, out, _ = runWriter(t, "replay", "--help")
+	if !strings.Contains(out, "\n  --config ") {
+		t.Errorf("replay --help lists no --config:\n%s", out)
+	}
+	cfg := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(cfg, []byte("nats:\n  stream: FROMCONFIG\n"), 0o644)
+	code, stdout, errs := runWriter(t, "replay", "--config", cfg, "--from", "../../testdata/sample.acbak", "--data-dir", t.TempDir())
+	if code != exitOK || !strings.Contains(stdout, "to stream FROMCONFIG") {
+		t.Errorf("replay --config: exit %d, want the stream of the file\n%s%s", code, stdout, errs)
+	}
+}
