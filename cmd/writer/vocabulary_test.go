@@ -179,3 +179,20 @@ func TestTailIntervalSaysBothDefaults(t *testing.T) {
 		t.Errorf("replay --config: exit %d, want the stream of the file\n%s%s", code, stdout, errs)
 	}
 }
+
+// TestREADMEShowsCurrentSpellings (issue 25 item 6): no command line of
+// the README uses a spelling its vocabulary table marks deprecated (they
+// printed warnings when copied).
+func TestREADMEShowsCurrentSpellings(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := cli.ParseVocabulary(string(readme))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range cli.DeprecatedUses(string(readme), rows) {
+		t.Error(bad)
+	}
+}

@@ -24,8 +24,9 @@ import (
 const (
 	// ExitOK: done, or equal.
 	ExitOK = 0
-	// ExitDiffer: differences found, or invalid input (an archive that is
-	// not valid, dead-lettered records).
+	// ExitDiffer: differences found, or input that is missing or not
+	// valid (an archive missing or not valid, dead-lettered records, a
+	// deployment that cannot be followed): see InputCode.
 	ExitDiffer = 1
 	// ExitError: a usage error, or an operational error (a store or the
 	// stream could not be reached, a write failed).

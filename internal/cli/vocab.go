@@ -13,6 +13,8 @@ import (
 // deprecated spellings it still accepts.
 type VocabRow struct {
 	Reads, Writes, Deprecated []string
+	// Positional: a positional argument is a deprecated spelling.
+	Positional bool
 }
 
 var flagToken = regexp.MustCompile("--[a-z][a-z-]*")
@@ -41,7 +43,7 @@ func ParseVocabulary(readme string) (map[string]VocabRow, error) {
 		}
 		name := strings.Trim(strings.TrimSpace(cells[0]), "`")
 		rows[name] = VocabRow{Reads: flagToken.FindAllString(cells[1], -1), Writes: flagToken.FindAllString(cells[2], -1),
-			Deprecated: flagToken.FindAllString(cells[3], -1)}
+			Deprecated: flagToken.FindAllString(cells[3], -1), Positional: strings.Contains(cells[3], "positional")}
 	}
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("the \"Command-line vocabulary\" section has no table")
@@ -80,3 +82,87 @@ func sorted(s []string) []string {
 }
 
 func sameSet(a, b []string) bool { return slices.Equal(sorted(a), sorted(b)) }
+
+// DeprecatedUses returns the README lines (outside the vocabulary table)
+// whose command line uses a spelling its row marks deprecated: a flag, or
+// a positional argument where the row says "positional". The README shows
+// current spellings only.
+func DeprecatedUses(readme string, rows map[string]VocabRow) []string {
+	var bad []string
+	inBlock := false
+	for n, line := range strings.Split(readme, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			inBlock = !inBlock
+			continue
+		}
+		if strings.HasPrefix(strings.TrimSpace(line), "|") {
+			continue // the table names the deprecated spellings
+		}
+		for name, row := range rows {
+			i := indexCommand(line, name, inBlock)
+			if i < 0 {
+				continue
+			}
+			rest := line[i+len(name):]
+			if j := strings.IndexAny(rest, "`#"); j >= 0 {
+				rest = rest[:j] // the command ends with its backtick or comment
+			}
+			for _, f := range flagToken.FindAllString(rest, -1) {
+				if slices.Contains(row.Deprecated, f) {
+					bad = append(bad, fmt.Sprintf("README line %d: %s %s (deprecated): %s", n+1, name, f, strings.TrimSpace(line)))
+				}
+			}
+			if row.Positional && positional(rest) != "" {
+				bad = append(bad, fmt.Sprintf("README line %d: %s with the positional %s (deprecated): %s", n+1, name, positional(rest), strings.TrimSpace(line)))
+			}
+		}
+	}
+	slices.Sort(bad)
+	return bad
+}
+
+// indexCommand is where the command name is invoked in line (as a word,
+// not followed by a longer command's next word; outside a code block
+// only in backticks), or -1.
+func indexCommand(line, name string, inBlock bool) int {
+	starts := "`"
+	if inBlock {
+		starts = " `/("
+	}
+	for off := 0; ; {
+		i := strings.Index(line[off:], name)
+		if i < 0 {
+			return -1
+		}
+		i += off
+		end := i + len(name)
+		before := i == 0 && inBlock || i > 0 && strings.ContainsRune(starts, rune(line[i-1]))
+		after := end == len(line) || line[end] == ' ' || line[end] == '`'
+		if before && after && !strings.HasPrefix(line[end:], " list") && !strings.HasPrefix(line[end:], " replay") &&
+			!strings.HasPrefix(line[end:], " info") && !strings.HasPrefix(line[end:], " apply") {
+			return i
+		}
+		off = end
+	}
+}
+
+// positional is the first argument of rest that is neither a flag nor a
+// flag's value, or "".
+func positional(rest string) string {
+	prevFlag, optional := false, 0
+	for _, tok := range strings.Fields(rest) {
+		opens, closes := strings.Count(tok, "["), strings.Count(tok, "]")
+		optional += opens - closes
+		switch {
+		case optional > 0 || opens+closes > 0: // [--flag VALUE]: optional, named
+			prevFlag = false
+		case strings.HasPrefix(tok, "-"):
+			prevFlag = !strings.Contains(tok, "=") && tok != "--json" && tok != "-v" && tok != "--force" && tok != "--lenient"
+		case prevFlag, tok == "\\", tok == "|", tok == "&&":
+			prevFlag = false
+		default:
+			return tok
+		}
+	}
+	return ""
+}
