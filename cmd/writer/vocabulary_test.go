@@ -196,3 +196,17 @@ func TestREADMEShowsCurrentSpellings(t *testing.T) {
 		t.Error(bad)
 	}
 }
+
+// TestREADMEBuildsFirst (issue 25 item 7): the README's first command
+// compiled silently for minutes (go run); it builds first and says so.
+func TestREADMEBuildsFirst(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, _ := strings.Cut(string(readme), "```sh\n")
+	first, _, _ := strings.Cut(block, "\n")
+	if !strings.HasPrefix(first, "go build -o bin/ ./cmd/...") || !strings.Contains(first, "minutes") {
+		t.Errorf("the README's first command line is %q, want go build -o bin/ ./cmd/... saying it takes minutes on a fresh machine", first)
+	}
+}
