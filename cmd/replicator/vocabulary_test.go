@@ -170,6 +170,9 @@ func TestExitCodeRule(t *testing.T) {
 			t.Errorf("%v: the error is also logged:\n%s", c.args, errs)
 		}
 		lines := strings.Split(strings.TrimSpace(errs), "\n")
+		if n := strings.Count(errs, missing); n > 1 {
+			t.Errorf("%v: the path is printed %d times:\n%s", c.args, n, errs)
+		}
 		if c.want == exitDiffer && len(lines) != 1 {
 			t.Errorf("%v: %d lines on stderr, want the error once, on one line:\n%s", c.args, len(lines), errs)
 		}

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"errors"
+	"strings"
 	"testing"
 )
 
@@ -41,5 +43,22 @@ func TestParseOnly(t *testing.T) {
 				t.Fatalf("Parse(%q): a usage error printed nothing on stderr", tc.args)
 			}
 		})
+	}
+}
+
+// TestOneLine (issue 25 item 4): a driver's error listing each address it
+// tried (the same dial error twice) is printed once, on one line.
+func TestOneLine(t *testing.T) {
+	in := "open sink postgres://u@127.0.0.1:1/x: failed to connect to `user=u database=x`:\n" +
+		"\t127.0.0.1:1 (127.0.0.1): dial error: dial tcp 127.0.0.1:1: connect: connection refused\n" +
+		"\t127.0.0.1:1 (127.0.0.1): dial error: dial tcp 127.0.0.1:1: connect: connection refused"
+	want := "open sink postgres://u@127.0.0.1:1/x: failed to connect to `user=u database=x`; 127.0.0.1:1 (127.0.0.1): dial error: dial tcp 127.0.0.1:1: connect: connection refused"
+	if got := OneLine(in); got != want {
+		t.Errorf("OneLine:\n got %q\nwant %q", got, want)
+	}
+	var b strings.Builder
+	c := &Command{Name: "replicator verify"}
+	if code := c.Fail(&b, ExitError, "/a/b.acbak", errors.New("open /a/b.acbak: no such file or directory")); code != ExitError || b.String() != "replicator verify: open /a/b.acbak: no such file or directory\n" {
+		t.Errorf("Fail repeated the path or changed the code: %d %q", code, b.String())
 	}
 }
