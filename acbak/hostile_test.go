@@ -99,3 +99,55 @@ func TestVerifyKeepsNoPendingFrames(t *testing.T) {
 	}
 	runtime.KeepAlive(data)
 }
+
+// TestVerifyRefusesNamesNoEventCanCarry (issue 26, items 3 and 6): a model
+// of 1,400 characters passed writer verify and then failed writer replay
+// with "maximum control line exceeded", a 200 KiB resource id aborted
+// mirror with "header size exceeds 64k", and a model "bad\xff\xfe" or a
+// resource "r\xc3", which SpecStar (whose names are Python str) could not
+// have written, passed verify too. Verify must refuse each with its reason.
+func TestVerifyRefusesNamesNoEventCanCarry(t *testing.T) {
+	base := firstMeta(t)
+	for _, tc := range []struct {
+		name, model, rid, want string
+	}{
+		{"long model", strings.Repeat("é", 700), "issue:1", "a subject may carry"},
+		{"long resource id", "issue", strings.Repeat("r", 200<<10), "an event header may carry"},
+		{"model not UTF-8", "bad\xff\xfe", "issue:1", "not valid UTF-8"},
+		{"resource id not UTF-8", "issue", "r\xc3", "not valid UTF-8"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var archive bytes.Buffer
+			archive.Write(frameOf(t, &events.HeaderRecord{Version: 2}))
+			archive.Write(frameOf(t, &events.ModelStartRecord{ModelName: tc.model}))
+			m := *base
+			m.ResourceID, m.CurrentRevisionID = tc.rid, ""
+			data, err := m.Encode(events.Msgpack)
+			if err != nil {
+				t.Fatal(err)
+			}
+			archive.Write(frameOf(t, &events.MetaRecord{Data: data}))
+			archive.Write(frameOf(t, &events.ModelEndRecord{ModelName: tc.model}))
+			archive.Write(frameOf(t, &events.EofRecord{}))
+			var found []string
+			res, err := Verify(context.Background(), bytes.NewReader(archive.Bytes()), Options{Size: int64(archive.Len())}, func(p Problem) {
+				if !p.Warning {
+					found = append(found, p.Msg)
+				}
+			}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hit := false
+			for _, msg := range found {
+				hit = hit || strings.Contains(msg, tc.want)
+				if len(msg) > 1024 {
+					t.Errorf("a reason of %d bytes: it must quote the name bounded", len(msg))
+				}
+			}
+			if !hit || res.Valid() {
+				t.Fatalf("Verify found %q (valid %v), want an error saying %q", found, res.Valid(), tc.want)
+			}
+		})
+	}
+}

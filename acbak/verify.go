@@ -92,6 +92,9 @@ func Verify(ctx context.Context, in io.Reader, opts Options, report func(Problem
 		switch rec := f.Record.(type) {
 		case *events.ModelStartRecord:
 			model = rec.ModelName
+			if err := events.CheckModelName(model); err != nil {
+				emit(f, false, "%v", err)
+			}
 		case *events.ModelEndRecord:
 			cur.close(func(rid, want string, at *Frame) {
 				emit(at, !opts.RequireCurrent, "model %q: meta %q names current revision %q, which the archive does not hold", model, rid, want)
@@ -105,6 +108,9 @@ func Verify(ctx context.Context, in io.Reader, opts Options, report func(Problem
 			if re, err := meta.Encode(events.Msgpack); err != nil || !bytes.Equal(re, rec.Data) {
 				emit(f, false, "ResourceMeta %q re-encodes to different bytes", meta.ResourceID)
 			}
+			if err := events.CheckID("resource_id", meta.ResourceID); err != nil {
+				emit(f, false, "ResourceMeta: %v", err)
+			}
 			cur.meta(meta.ResourceID, meta.CurrentRevisionID, f)
 		case *events.RevisionRecord:
 			raw, err := rec.Resource()
@@ -115,8 +121,17 @@ func Verify(ctx context.Context, in io.Reader, opts Options, report func(Problem
 			if re, err := raw.Encode(events.Msgpack); err != nil || !bytes.Equal(re, rec.Data) {
 				emit(f, false, "RawResource %q re-encodes to different bytes", raw.Info.RevisionID)
 			}
+			for _, id := range [][2]string{{"resource_id", raw.Info.ResourceID}, {"revision_id", raw.Info.RevisionID}} {
+				if err := events.CheckID(id[0], id[1]); err != nil {
+					emit(f, false, "RawResource: %v", err)
+				}
+			}
 			checkDataHash(f, &raw.Info, raw.RawData, emit)
 			cur.revision(raw.Info.ResourceID, raw.Info.RevisionID)
+		case *events.PurgeRecord:
+			if err := events.CheckID("resource_id", rec.ResourceID); err != nil {
+				emit(f, false, "PurgeRecord: %v", err)
+			}
 		case *events.BlobRecord:
 			if err := dedup.CheckBlob(rec.FileID, rec.Size, rec.BlobData); err != nil {
 				emit(f, false, "%v", err)

@@ -176,7 +176,9 @@ func msgID(kind string, payload []byte, parts ...string) string {
 // file_id; a purge by resource id and purged_time; anything else, and a
 // Meta or Revision record whose data does not decode, by its bytes. All
 // ids include the model and a hash of the payload, so a record differing
-// in any byte is never dropped as a duplicate of another.
+// in any byte is never dropped as a duplicate of another. A model or id
+// longer than MaxModelToken or MaxIDBytes is refused: no message could
+// carry it.
 func EnvelopeFor(prefix, model string, rec Record, payload []byte) (*Envelope, error) {
 	if payload == nil {
 		var err error
@@ -234,5 +236,9 @@ func EnvelopeFor(prefix, model string, rec Record, payload []byte) (*Envelope, e
 		h[HeaderMsgID] = msgID(kind, payload, model)
 	}
 	h[HeaderKind] = kind
+	if err := checkEnvelopeNames(model, [2]string{"resource_id", h[HeaderResourceID]},
+		[2]string{"revision_id", h[HeaderRevisionID]}, [2]string{"file_id", h[HeaderFileID]}); err != nil {
+		return nil, fmt.Errorf("%s event: %w", kind, err)
+	}
 	return &Envelope{Subject: Subject(prefix, model, kind), Headers: h, Payload: payload, Kind: kind}, nil
 }

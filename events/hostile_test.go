@@ -234,3 +234,33 @@ func TestDecodingBombIsRefused(t *testing.T) {
 		t.Fatalf("a JSON meta with %d one-byte items decoded: %v", n, err)
 	}
 }
+
+// TestEnvelopeRefusesNamesNoMessageCanCarry (issue 26, item 3): a model
+// whose escaped name exceeds the NATS protocol line, or an id larger than
+// the 64 KiB JetStream allows for headers, failed only at publish
+// ("maximum control line exceeded", "header size exceeds 64k"). EnvelopeFor
+// must refuse them with the bound, quoting the name in bounded form; names
+// at the bounds pass.
+func TestEnvelopeRefusesNamesNoMessageCanCarry(t *testing.T) {
+	purge := func(rid string) *PurgeRecord { return &PurgeRecord{ResourceID: rid} }
+	for _, tc := range []struct {
+		model, rid, want string
+	}{
+		{strings.Repeat("m", MaxModelToken), strings.Repeat("r", MaxIDBytes), ""},
+		{strings.Repeat("é", 700), "r", "a subject may carry"},
+		{"m", strings.Repeat("\x01", 200<<10), "an event header may carry"},
+	} {
+		_, err := EnvelopeFor("specstar", tc.model, purge(tc.rid), nil)
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("names at the bounds refused: %v", err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("EnvelopeFor: %v, want an error saying %q", err, tc.want)
+		} else if len(err.Error()) > 512 {
+			t.Errorf("an error of %d bytes: the name must be quoted bounded", len(err.Error()))
+		}
+	}
+}
