@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
@@ -257,6 +259,11 @@ func (w *Worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
 	if err != nil {
 		return "", invalid("%v", err)
 	}
+	// Names SpecStar could not have written (not UTF-8) are refused here,
+	// for every sink: their JSON files and rows could not be read back.
+	if err := events.CheckModelName(model); err != nil {
+		return "", invalid("%v", err)
+	}
 	return w.applyPayload(ctx, model, msg.Data(), true)
 }
 
@@ -287,6 +294,9 @@ func (w *Worker) applyPayload(ctx context.Context, model string, payload []byte,
 		if err != nil {
 			return "", invalid("MetaRecord data is not a valid ResourceMeta: %v", err)
 		}
+		if err := events.CheckID("resource_id", meta.ResourceID); err != nil {
+			return "", invalid("ResourceMeta: %v", err)
+		}
 		out, err = w.snk.ApplyMeta(ctx, model, meta)
 		if err != nil {
 			return "", err
@@ -299,6 +309,11 @@ func (w *Worker) applyPayload(ctx context.Context, model string, payload []byte,
 		res, err := rec.(*events.RevisionRecord).Resource()
 		if err != nil {
 			return "", invalid("RevisionRecord data is not a valid RawResource: %v", err)
+		}
+		for _, id := range [][2]string{{"resource_id", res.Info.ResourceID}, {"revision_id", res.Info.RevisionID}} {
+			if err := events.CheckID(id[0], id[1]); err != nil {
+				return "", invalid("RawResource: %v", err)
+			}
 		}
 		if res.Info.DataHash.IsSet() && !res.Info.Migrated() {
 			if err := dedup.CheckDataHash(res.Info.DataHash.Value, res.RawData); err != nil {
@@ -347,6 +362,9 @@ func (w *Worker) applyPayload(ctx context.Context, model string, payload []byte,
 		if err != nil {
 			return "", invalid("PurgeRecord: %v", err)
 		}
+		if err := events.CheckID("resource_id", pr.ResourceID); err != nil {
+			return "", invalid("PurgeRecord: %v", err)
+		}
 		if out, err = w.snk.ApplyPurge(ctx, model, pr.ResourceID, pr.PurgedTime); err != nil {
 			return "", err
 		}
@@ -387,39 +405,123 @@ func (w *Worker) fetchRecord(ctx context.Context, refPayload []byte) ([]byte, er
 	return full, nil
 }
 
+// Bounds of a dead letter: JetStream refuses a message whose headers
+// exceed 64 KiB, so the reason and every header copied from the event are
+// cut to these sizes (a reason quoting a hostile id can be four times its
+// size), and when the copies still exceed maxDLQHeaders only the
+// dead-letter headers are kept. The record is dead-lettered either way.
+const (
+	maxDLQReason      = 2048
+	maxDLQHeaderValue = 4096
+	maxDLQHeaders     = 48 << 10
+)
+
+// headerDLQCut names, on a dead letter, what was cut to fit it.
+const headerDLQCut = "Specstar-Dlq-Cut"
+
+// bounded cuts s to at most max bytes on a UTF-8 boundary, saying how long
+// it was; it reports whether it cut.
+func bounded(s string, max int) (string, bool) {
+	if len(s) <= max {
+		return s, false
+	}
+	suffix := fmt.Sprintf("… (%d bytes)", len(s))
+	cut := max - len(suffix)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + suffix, true
+}
+
+// deadLetterMsg is the dead letter of msg for reason, its headers bounded.
+func deadLetterMsg(subject string, msg jetstream.Msg, name string, seq uint64, reason string) *nats.Msg {
+	dl := nats.NewMsg(subject)
+	var cut []string
+	size := 0
+	for k, vs := range msg.Headers() {
+		for _, v := range vs {
+			v, c := bounded(v, maxDLQHeaderValue)
+			if c {
+				cut = append(cut, k)
+			}
+			size += len(k) + len(v) + 4
+			dl.Header.Add(k, v)
+		}
+	}
+	if size > maxDLQHeaders {
+		dl.Header = nats.Header{}
+		cut = []string{"event headers"}
+	}
+	var c bool
+	if reason, c = bounded(reason, maxDLQReason); c {
+		cut = append(cut, headerDLQReason)
+	}
+	dl.Header.Set(headerDLQReason, reason)
+	dl.Header.Set(headerDLQSink, name)
+	dl.Header.Set(headerDLQSeq, strconv.FormatUint(seq, 10))
+	dl.Header.Set(headerDLQSubject, msg.Subject())
+	if len(cut) > 0 {
+		slices.Sort(cut)
+		dl.Header.Set(headerDLQCut, strings.Join(cut, ","))
+	}
+	// Re-dead-lettering after a crash stores it once.
+	dl.Header.Set(events.HeaderMsgID, fmt.Sprintf("dlq-%s-%d", name, seq))
+	dl.Data = msg.Data()
+	return dl
+}
+
 // deadLetter moves an event the sink can never apply to the dead-letter
 // stream, with the reason, and counts it.
 func (w *Worker) deadLetter(ctx context.Context, msg jetstream.Msg, cause error) error {
 	name := w.opts.Name
-	dl := nats.NewMsg(w.bus.DLQSubject(name))
-	for k, vs := range msg.Headers() {
-		for _, v := range vs {
-			dl.Header.Add(k, v)
-		}
-	}
 	seq := uint64(0)
 	if md, err := msg.Metadata(); err == nil {
 		seq = md.Sequence.Stream
 	}
-	dl.Header.Set(headerDLQReason, cause.Error())
-	dl.Header.Set(headerDLQSink, name)
-	dl.Header.Set(headerDLQSeq, strconv.FormatUint(seq, 10))
-	dl.Header.Set(headerDLQSubject, msg.Subject())
-	// Re-dead-lettering after a crash stores it once.
-	dl.Header.Set(events.HeaderMsgID, fmt.Sprintf("dlq-%s-%d", name, seq))
-	dl.Data = msg.Data()
+	dl := deadLetterMsg(w.bus.DLQSubject(name), msg, name, seq, cause.Error())
+	reason := dl.Header.Get(headerDLQReason)
 	err := w.retry(ctx, "dead-letter", func() error {
 		_, err := w.bus.JS.PublishMsg(ctx, dl)
+		if refusedForGood(err) {
+			return invalid("dead letter of stream sequence %d refused: %v", seq, err)
+		}
 		return err
 	})
+	if isPermanent(err) {
+		// What the server refuses for good is the message's size (the
+		// dead-letter stream's own limits): it is dead-lettered with the
+		// reason and without the payload, which the event stream keeps.
+		dl.Header.Set(headerDLQCut, "payload")
+		r, _ := bounded(reason+"; payload left out: "+err.Error(), maxDLQReason)
+		dl.Header.Set(headerDLQReason, r)
+		dl.Data = nil
+		err = w.retry(ctx, "dead-letter", func() error {
+			_, err := w.bus.JS.PublishMsg(ctx, dl)
+			return err
+		})
+	}
 	if err != nil {
 		return err
 	}
 	w.dead.Add(1)
 	w.m.deadLetters.WithLabelValues(name).Inc()
-	w.recordError(ctx, "dead-letter", cause)
-	w.log.Error("event dead-lettered", "sink", name, "stream_seq", seq, "subject", msg.Subject(), "reason", cause.Error())
+	w.recordError(ctx, "dead-letter", errors.New(reason))
+	w.log.Error("event dead-lettered", "sink", name, "stream_seq", seq, "subject", msg.Subject(), "reason", reason)
 	return nil
+}
+
+// refusedForGood reports whether a publish error is the server refusing
+// the message itself (its size, its headers): sending it again cannot
+// succeed, unlike an unavailable stream or a timeout.
+func refusedForGood(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, nats.ErrMaxPayload) || strings.Contains(err.Error(), "maximum control line exceeded") {
+		return true
+	}
+	var ae *jetstream.APIError
+	return errors.As(err, &ae) && ae.Code == 400
 }
 
 // sinkError is the last error of a sink, kept in the positions bucket so

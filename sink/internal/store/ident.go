@@ -36,7 +36,9 @@ const StagingDir = ".specstar-tmp"
 func Segment(kind, raw, s string, max int) error {
 	// The key names the identifier only in an error: formatting it for
 	// every identifier that passes cost a few percent of a disk mirror.
-	key := func() string { return fmt.Sprintf("%s %q", kind, raw) }
+	// It is quoted bounded: a hostile 20 KiB id would otherwise make a
+	// reason of 80 KiB.
+	key := func() string { return kind + " " + events.QuoteBounded(raw) }
 	switch {
 	case s == "":
 		return Invalid(key(), "empty")
@@ -62,7 +64,7 @@ func CheckModel(model string) error {
 	if err := Segment("model", model, model, MaxSegment); err != nil {
 		return err
 	}
-	key := func() string { return fmt.Sprintf("model %q", model) }
+	key := func() string { return "model " + events.QuoteBounded(model) }
 	switch {
 	case model == BlobsDir:
 		return Invalid(key(), "collides with the blob store directory")
