@@ -480,6 +480,7 @@ func (d *Sink) isSkipped(model, resourceID string) bool {
 // place gets a new uid); the loser is Stale and nothing of it is written.
 // SpecStar's migrate() keeps the uid, so after a migration the v_v1 and
 // v_v2 entries both point at one store directory holding the v2 version.
+// A uid stored for another resource is refused (store.CheckUIDHolder).
 func (d *Sink) ApplyRevision(ctx context.Context, model string, res *events.RawResource) (store.Outcome, error) {
 	if err := d.checkWrite(ctx); err != nil {
 		return 0, err
@@ -500,8 +501,20 @@ func (d *Sink) ApplyRevision(ctx context.Context, model string, res *events.RawR
 	}
 	unlock := d.locks.Lock(model + "\x00" + info.ResourceID)
 	defer unlock()
+	// The uid is locked too (always after the resource, so no two calls
+	// wait on each other): two resources claiming one uid are decided one
+	// after the other, the second refused.
+	unlockUID := d.locks.Lock(model + "\x00uid\x00" + info.UID)
+	defer unlockUID()
 
 	dataDir := filepath.Join(d.root, model, "data")
+	held, _, err := d.readStoredInfo(dataDir, info.UID)
+	if err != nil {
+		return 0, err
+	}
+	if err := store.CheckUIDHolder(info, held); err != nil {
+		return 0, err
+	}
 	revDir := filepath.Join(dataDir, "resource", info.ResourceID, info.RevisionID)
 	slot := filepath.Join(revDir, store.SchemaDir(info.SchemaVersion))
 	// The revision's directory is made first: one made by this call holds

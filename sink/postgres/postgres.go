@@ -1324,6 +1324,12 @@ func pgDecideRevision(slots map[pgSlotKey]*pgSlotState, datas map[string]*pgData
 		}
 	}
 	st := datas[uid]
+	if st.decoded != nil && st.decoded.ResourceID != w.info.ResourceID {
+		// The uid is another resource's (store.CheckUIDHolder): the first
+		// holder keeps it and its slot, this revision is not written. (It
+		// is decided here, at Flush, where nothing can be dead-lettered.)
+		return
+	}
 	switch {
 	case st.info == nil:
 		st.data, st.info, st.decoded = w.data, w.infoBytes, &w.info

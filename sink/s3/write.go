@@ -172,8 +172,16 @@ func (s *Sink) writeStore(ctx context.Context, model string, info *events.Revisi
 	}
 	// A stored info that does not decode is a broken entry (no SpecStar
 	// reader could use it): it is replaced.
-	if old, derr := events.DecodeRevisionInfo(s.encoding(), stored); derr == nil && !store.Supersedes(info, infoBytes, old, stored) {
-		return false, true, nil
+	old, derr := events.DecodeRevisionInfo(s.encoding(), stored)
+	if derr == nil {
+		// The uid may be another resource's: created once, the info
+		// object tells, whichever writer (or process) got there first.
+		if err := store.CheckUIDHolder(info, old); err != nil {
+			return false, false, err
+		}
+		if !store.Supersedes(info, infoBytes, old, stored) {
+			return false, true, nil
+		}
 	}
 	if _, err := s.put(ctx, bucket, dataKey, data, "", false); err != nil {
 		return false, false, err

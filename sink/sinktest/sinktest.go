@@ -107,6 +107,7 @@ func Run(t *testing.T, b Backend) {
 		t.Run("crash/"+name, func(t *testing.T) { s.crash(t, name) })
 	}
 	t.Run("invalid", s.invalid)
+	t.Run("uid-conflict", s.uidConflict)
 	t.Run("listing", s.listing)
 }
 
@@ -215,6 +216,55 @@ func flush(t *testing.T, snk sink.Sink) {
 	t.Helper()
 	if err := snk.Flush(ctx); err != nil {
 		t.Fatalf("flush: %v", err)
+	}
+}
+
+// uidConflict (issue 26, item 7): a revision whose uid is already held by
+// another resource overwrote the first's content, so the victim's slot
+// served resource_id=evil. It must be refused (dead-lettered), naming both
+// resources; a Queued backend, which decides at Flush, may accept it at
+// Apply but must leave the first holder's revision as it was and write
+// nothing of the second. Checked with the holder flushed before, and in
+// the same batch.
+func (s *suite) uidConflict(t *testing.T) {
+	if !s.b.Revisions {
+		t.Skip("the backend keeps no revisions")
+	}
+	const uid = "dddddddd-0000-4000-8000-000000000001"
+	for _, flushBetween := range []bool{true, false} {
+		t.Run(fmt.Sprintf("flushed=%v", flushBetween), func(t *testing.T) {
+			snk := s.b.Open(t)
+			victim := sinktestutil.Revision(t, "victim", "victim:1", uid, events.Null[string](), events.Opt[string]{}, "2024-05-01T00:00:00Z", `{"who":"victim"}`)
+			// Newer, so that the newer-wins rule for one uid would pick it.
+			evil := sinktestutil.Revision(t, "evil", "evil:1", uid, events.Null[string](), events.Opt[string]{}, "2024-06-01T00:00:00Z", `{"who":"evil"}`)
+			if _, err := snk.ApplyRevision(ctx, "issue", victim); err != nil {
+				t.Fatalf("apply the victim's revision: %v", err)
+			}
+			if flushBetween {
+				flush(t, snk)
+			}
+			_, err := snk.ApplyRevision(ctx, "issue", evil)
+			switch {
+			case err != nil && !sink.IsInvalid(err):
+				t.Fatalf("apply a revision of uid %s held by another resource: %v, want an Invalid error (a dead letter)", uid, err)
+			case err != nil && !(strings.Contains(err.Error(), `"victim"`) && strings.Contains(err.Error(), `"evil"`)):
+				t.Errorf("the refusal %q must name both resource ids", err)
+			case err == nil && !s.b.Queued:
+				t.Fatalf("a revision of uid %s held by another resource was accepted", uid)
+			}
+			flush(t, snk)
+			rd := reader(t, snk)
+			info, data, err := rd.Revision(ctx, "issue", "victim", "victim:1", events.Null[string]())
+			if err != nil {
+				t.Fatalf("read the victim's revision: %v", err)
+			}
+			if info.ResourceID != "victim" || string(data) != `{"who":"victim"}` {
+				t.Errorf("the victim's slot serves resource_id=%q, payload %q", info.ResourceID, data)
+			}
+			if _, _, err := rd.Revision(ctx, "issue", "evil", "evil:1", events.Null[string]()); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("the refused revision reads back as %v, want fs.ErrNotExist", err)
+			}
+		})
 	}
 }
 

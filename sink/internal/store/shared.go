@@ -136,3 +136,16 @@ func CompareMeta(a *events.ResourceMeta, ab []byte, b *events.ResourceMeta, bb [
 	}
 	return bytes.Compare(ab, bb)
 }
+
+// CheckUIDHolder refuses a revision whose uid the store already holds
+// (held, nil if none or undecodable) for another resource: a uid names one
+// revision of one resource, and the second would overwrite the first's
+// content, or be served from the first's index slot. The error names both
+// resources, bounded.
+func CheckUIDHolder(info, held *events.RevisionInfo) error {
+	if held == nil || held.ResourceID == info.ResourceID {
+		return nil
+	}
+	return Invalidf("uid "+events.QuoteBounded(info.UID), "already held by resource_id %s, refused for resource_id %s",
+		events.QuoteBounded(held.ResourceID), events.QuoteBounded(info.ResourceID))
+}
