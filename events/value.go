@@ -67,11 +67,13 @@ var ErrIntOverflow = errors.New("can't serialize ints < -2**63 or > 2**64 - 1 in
 
 // nodeBudget is how many Any values (dict, list and scalar nodes) one
 // record of n bytes may decode into. A decoded node takes 16 to 40 bytes
-// while its encoding can take one, so a list of N one-byte items made a
-// 64 MiB frame take 3 GB; the budget keeps a record's tree within a small
-// multiple of its bytes, and legitimate records (indexed_data holds a few
-// index fields) far below it.
-func nodeBudget(n int) int { return 1<<18 + n/4 }
+// besides its own bytes while its encoding can take one, so a list of N
+// one-byte items made a 64 MiB frame take 3 GB, and at one node per 4
+// bytes a 250 MiB frame of 3-byte strings still took 3 GB in writer
+// verify. At one node per 32 bytes (beyond a fixed 262,144, far more than
+// legitimate records hold: indexed_data holds a few index fields) a
+// record's tree stays within about twice its bytes.
+func nodeBudget(n int) int { return 1<<18 + n/32 }
 
 // value decodes one msgpack value as msgspec decodes into Any.
 func (r *mpReader) value(depth int) (Value, error) {
