@@ -21,12 +21,13 @@ import (
 
 // publishRaw publishes a meta of model with resource id rid as a hostile
 // publisher could, bypassing EnvelopeFor's checks: the resource id header
-// carries rid as it is.
-func publishRaw(ctx context.Context, t *testing.T, bus *stream.Bus, model, rid string) {
+// carries rid as it is. pad bytes are added to its created_by.
+func publishRaw(ctx context.Context, t *testing.T, bus *stream.Bus, model, rid string, pad int) {
 	t.Helper()
 	base, _ := firstMetaAndRevision(t)
 	m := *base
 	m.ResourceID = rid
+	m.CreatedBy += strings.Repeat("x", pad)
 	data, err := m.Encode(events.Msgpack)
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +94,7 @@ func TestHostileIDIsDeadLetteredWithinLimits(t *testing.T) {
 	}
 	defer bus.Close()
 	rid := strings.Repeat("\x01\x02\x7f", 20<<10/3)
-	publishRaw(ctx, t, bus, "issue", rid)
+	publishRaw(ctx, t, bus, "issue", rid, 0)
 
 	w := drainInto(ctx, t, bus, t.TempDir(), "hostile")
 	if st := w.Stats(); st.DeadLettered != 1 {
@@ -133,8 +134,8 @@ func TestNamesNotUTF8AreDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bus.Close()
-	publishRaw(ctx, t, bus, "bad\xff\xfe", "issue:1")
-	publishRaw(ctx, t, bus, "issue", "r\xc3")
+	publishRaw(ctx, t, bus, "bad\xff\xfe", "issue:1", 0)
+	publishRaw(ctx, t, bus, "issue", "r\xc3", 0)
 
 	dir := t.TempDir()
 	w := drainInto(ctx, t, bus, dir, "utf8")
@@ -163,4 +164,51 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestDeadLetterTheServerRefusesIsKeptWithoutPayload (issue 26, item 2):
+// a dead-letter publish the server refuses for good (here the
+// dead-letter stream's own message size limit) was retried forever, so
+// the worker never acked the batch. It must be stored without its
+// payload, saying so, and the worker must move on.
+func TestDeadLetterTheServerRefusesIsKeptWithoutPayload(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bus, err := stream.Open(ctx, stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	s, err := bus.JS.Stream(ctx, bus.DLQStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := info.Config
+	cfg.MaxMsgSize = 4 << 10 // smaller than the meta's payload, larger than its headers
+	if _, err := bus.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	publishRaw(ctx, t, bus, "issue", "r\xc3", 8<<10) // dead-lettered: not UTF-8
+
+	w := drainInto(ctx, t, bus, t.TempDir(), "small")
+	if st := w.Stats(); st.DeadLettered != 1 {
+		t.Fatalf("stats %+v: the meta must be dead-lettered", st)
+	}
+	n := 0
+	for dl, err := range replicate.DeadLetters(ctx, bus, "small") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if len(dl.Data) != 0 || !strings.Contains(dl.Header.Get("Specstar-Dlq-Cut"), "payload") || !strings.Contains(dl.Reason, "not valid UTF-8") {
+			t.Errorf("dead letter with %d payload bytes, cut %q, reason %q: want it without payload, saying why", len(dl.Data), dl.Header.Get("Specstar-Dlq-Cut"), dl.Reason)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d dead letters, want 1", n)
+	}
 }
