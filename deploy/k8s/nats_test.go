@@ -17,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nats-io/nkeys"
+
 	"github.com/specstar/replicator/internal/deployment"
 )
 
@@ -162,14 +164,26 @@ func checkNATS(t *testing.T, r rendered) {
 		}
 		server = "/usr/sbin/nats-server"
 	}
+	// The certificates and the user's public nkey are the Secrets' part: a
+	// CA and a server certificate made here, at the path the pod mounts.
 	dir := t.TempDir()
+	tlsDir := writeTestCerts(t, filepath.Join(dir, "tls"))
 	for name, data := range n.conf {
+		data = strings.ReplaceAll(data, natsTLSDir+"/", tlsDir+"/")
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := user.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(server, "-t", "-c", filepath.Join(dir, filepath.Base(n.main)))
-	cmd.Env = []string{"POD_NAME=" + want[0]}
+	cmd.Env = []string{"POD_NAME=" + want[0], "SPECSTAR_NKEY=" + pub}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("nats-server -t rejects the configuration: %v\n%s", err, out)
 	}
