@@ -372,8 +372,13 @@ func checkSecrets(t *testing.T, r rendered) {
 	// The Secrets a pod cannot start without are those the README tells
 	// the operator to create, with the same keys.
 	created := map[string]bool{}
-	for _, m := range regexp.MustCompile(`create secret generic (\S+) --from-literal=([^=\s]+)=`).FindAllStringSubmatch(mustRead(t, filepath.Join(repoRoot, "README.md")), -1) {
-		created[m[1]+"/"+m[2]], created[m[1]] = true, true
+	// Every key a `kubectl create secret generic NAME --from-literal=KEY=...
+	// --from-file=KEY=...` line of the README creates.
+	for _, m := range regexp.MustCompile(`create secret generic (\S+)((?: --from-(?:literal|file)=[^=\s]+=\S+)+)`).FindAllStringSubmatch(mustRead(t, filepath.Join(repoRoot, "README.md")), -1) {
+		created[m[1]] = true
+		for _, k := range regexp.MustCompile(`--from-(?:literal|file)=([^=\s]+)=`).FindAllStringSubmatch(m[2], -1) {
+			created[m[1]+"/"+k[1]] = true
+		}
 	}
 	for _, w := range workloads(r) {
 		for _, c := range w.template.Spec.Containers {
