@@ -5,6 +5,7 @@ package httpops
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,9 +15,32 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// Timeouts bound how long the server waits on a client: for a request's
+// headers, for its whole body, and for the next request on a kept-alive
+// connection. Without them, idle or slow connections are held forever and
+// a client can exhaust the process's file descriptors.
+type Timeouts struct {
+	ReadHeader time.Duration // until a request's headers are read
+	Read       time.Duration // until a whole request is read
+	Write      time.Duration // until a response is written
+	Idle       time.Duration // between requests on a kept-alive connection
+}
+
+// DefaultTimeouts returns Serve's: generous for a scraper, short for an idle
+// connection.
+func DefaultTimeouts() Timeouts {
+	return Timeouts{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 30 * time.Second}
+}
+
 // Serve exposes /metrics (reg), /healthz (the process is up) and /readyz
-// (ready() is true) on addr until ctx ends. An empty addr serves nothing.
+// (ready() is true) on addr until ctx ends, with DefaultTimeouts. An empty
+// addr serves nothing.
 func Serve(ctx context.Context, addr string, reg *prometheus.Registry, ready func() bool, log *slog.Logger) error {
+	return ServeWith(ctx, addr, DefaultTimeouts(), reg, ready, log)
+}
+
+// ServeWith is Serve with the given timeouts.
+func ServeWith(ctx context.Context, addr string, t Timeouts, reg *prometheus.Registry, ready func() bool, log *slog.Logger) error {
 	if addr == "" {
 		return nil
 	}
@@ -32,9 +56,9 @@ func Serve(ctx context.Context, addr string, reg *prometheus.Registry, ready fun
 	})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return err
+		return fmt.Errorf("metrics and health server on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read, WriteTimeout: t.Write, IdleTimeout: t.Idle}
 	log.Info("serving metrics and health", "addr", ln.Addr().String())
 	go func() {
 		<-ctx.Done()
