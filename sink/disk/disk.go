@@ -95,6 +95,9 @@ type Sink struct {
 	// writerLock holds the flock on the root's WriterLockName while the
 	// sink is open for writing.
 	writerLock *os.File
+	// rootLock holds the flock on the root directory itself, which
+	// survives the deletion of writerLock's file.
+	rootLock *os.File
 }
 
 // Open opens a sink rooted at root (creating the directory if needed),
@@ -148,7 +151,11 @@ func Open(ctx context.Context, root string, opts Options) (*Sink, error) {
 	if opts.ReadOnly {
 		return d, nil // a reader leaves the staging directories alone
 	}
+	if d.rootLock, err = takeRootLock(abs); err != nil {
+		return nil, err
+	}
 	if d.writerLock, err = takeWriterLock(abs); err != nil {
+		d.rootLock.Close()
 		return nil, err
 	}
 	d.tmpDir = filepath.Join(abs, store.StagingDir, stagingID())
@@ -1010,6 +1017,10 @@ func (d *Sink) Close() error {
 		releaseWriterLock(d.writerLock) // after this writer's staging: it guards it too
 		d.writerLock = nil
 		_ = os.Remove(filepath.Dir(d.tmpDir)) // only if no other writer's is there
+	}
+	if d.rootLock != nil {
+		d.rootLock.Close() // the last lock released
+		d.rootLock = nil
 	}
 	for _, m := range []map[string]*sql.DB{d.dbs, d.roDBs} {
 		for model, db := range m {

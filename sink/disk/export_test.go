@@ -10,4 +10,8 @@ func Crash(s *Sink) {
 		s.writerLock.Close()
 		s.writerLock = nil
 	}
+	if s.rootLock != nil {
+		s.rootLock.Close()
+		s.rootLock = nil
+	}
 }

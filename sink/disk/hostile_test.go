@@ -247,3 +247,39 @@ func TestReservedModelNames(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterLockSurvivesDeletedLockFile is issue 26 item 10: deleting the
+// writer lock file (or the whole staging directory) under a live writer
+// let a second writer open the same tree. The root directory's own lock
+// still refuses it, and once the first writer closes, the next one opens.
+func TestWriterLockSurvivesDeletedLockFile(t *testing.T) {
+	ctx := context.Background()
+	for _, remove := range []string{WriterLockName, ""} {
+		root := t.TempDir()
+		w, err := Open(ctx, root, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		victim := filepath.Join(root, store.StagingDir, remove)
+		if err := os.RemoveAll(victim); err != nil {
+			t.Fatal(err)
+		}
+		var locked *WriterLockedError
+		if second, err := Open(ctx, root, Options{}); !errors.As(err, &locked) {
+			if second != nil {
+				second.Close()
+			}
+			t.Fatalf("after removing %s under a live writer, a second writer's Open: %v, want a WriterLockedError", victim, err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		next, err := Open(ctx, root, Options{})
+		if err != nil {
+			t.Fatalf("Open after the writer closed: %v", err)
+		}
+		if err := next.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

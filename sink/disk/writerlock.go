@@ -30,6 +30,25 @@ func (e *WriterLockedError) Error() string {
 	return fmt.Sprintf("sink: disk root %s is being written by another process (it holds the lock %s): one writer per disk tree; stop the other replicator, or give this one another root", e.Root, e.Lock)
 }
 
+// takeRootLock flocks the root directory itself, beside its lock file:
+// the file can be deleted under a live writer (by hand, or with the
+// staging directory), and a second writer would then create and lock a
+// new one; the directory cannot be deleted while it holds the tree.
+func takeRootLock(root string) (*os.File, error) {
+	f, err := os.OpenFile(root, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("sink: writer lock on root %s: %w", root, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, &WriterLockedError{Root: root, Lock: filepath.Join(root, store.StagingDir, WriterLockName)} // the same writer holds both
+		}
+		return nil, fmt.Errorf("sink: writer lock on root %s: %w", root, err)
+	}
+	return f, nil
+}
+
 // takeWriterLock flocks root's writer lock file, creating it if needed,
 // and makes sure the file locked is still the one at its path (a writer
 // closing removes it).
