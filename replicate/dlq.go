@@ -88,6 +88,30 @@ func DeadLetters(ctx context.Context, bus *stream.Bus, sinkName string) iter.Seq
 type ReplayResult struct {
 	Replayed    int      // dead letters re-published and removed
 	LeftInPlace []uint64 // dead letters without an original subject, not replayed
+	// Refused are dead letters whose subject is not an event subject of
+	// this stream (a crafted or foreign header), left in place unreplayed.
+	Refused []RefusedDeadLetter
+}
+
+// RefusedDeadLetter is a dead letter ReplayDeadLetters would not
+// re-publish, and why.
+type RefusedDeadLetter struct {
+	Seq    uint64 // sequence in the dead-letter stream
+	Reason string // why its subject was refused
+}
+
+// replaySubjectError says why subject is not one ReplayDeadLetters may
+// publish to on bus ("" if it may): an event subject below the stream's
+// prefix (PREFIX.<model>.<kind>), never another stream's, the dead-letter
+// stream's included.
+func replaySubjectError(bus *stream.Bus, subject string) string {
+	if _, _, err := events.ParseSubject(bus.Prefix(), subject); err != nil {
+		return fmt.Sprintf("its subject is not an event subject of stream %s: %v", bus.Config().Stream, err)
+	}
+	if strings.ContainsAny(subject, "*> \t\r\n") {
+		return fmt.Sprintf("its subject %q has wildcards or white space", subject)
+	}
+	return ""
 }
 
 // ReplayDeadLetters re-publishes dead letters (only sinkName's if it is
@@ -107,6 +131,10 @@ func ReplayDeadLetters(ctx context.Context, bus *stream.Bus, sinkName string) (*
 		}
 		if dl.Subject == "" {
 			res.LeftInPlace = append(res.LeftInPlace, dl.Seq)
+			continue
+		}
+		if why := replaySubjectError(bus, dl.Subject); why != "" {
+			res.Refused = append(res.Refused, RefusedDeadLetter{Seq: dl.Seq, Reason: why})
 			continue
 		}
 		out := nats.NewMsg(dl.Subject)

@@ -136,9 +136,15 @@ func cmdDLQReplay(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	for _, seq := range res.LeftInPlace {
 		fmt.Fprintf(stderr, "replicator dlq replay: dead letter %d has no original subject; left in place\n", seq)
 	}
+	for _, r := range res.Refused {
+		fmt.Fprintf(stderr, "replicator dlq replay: dead letter %d not re-published: %s; left in place\n", r.Seq, r.Reason)
+	}
 	if err != nil {
 		return dlqReplayCmd.Errorf(stderr, exitError, "%v", err)
 	}
 	fmt.Fprintf(stdout, "%d dead letters re-published\n", res.Replayed)
+	if len(res.Refused) > 0 {
+		return dlqReplayCmd.Errorf(stderr, exitError, "%d dead letters name a subject outside stream %s; left in place", len(res.Refused), bus.Config().Stream)
+	}
 	return exitOK
 }

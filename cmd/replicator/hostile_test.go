@@ -7,11 +7,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/specstar/replicator/internal/testfixtures"
 )
@@ -187,5 +191,59 @@ func TestIncompatibleMetaTableDeadLetters(t *testing.T) {
 			!strings.Contains(l, `table "`+broken+`"`) || !strings.Contains(l, `column "data"`) {
 			t.Errorf("dead letter without the table and column in its reason: %s", l)
 		}
+	}
+}
+
+// TestDLQReplayStaysInTheEventStream is issue 26 item 13: `dlq replay`
+// re-published to whatever subject a dead letter's Specstar-Dlq-Subject
+// header named, another stream's (here the dead-letter stream itself and
+// an unrelated stream) included, and removed the dead letter. Such dead
+// letters are refused, left in place and reported; a good one beside
+// them is still replayed.
+func TestDLQReplayStaysInTheEventStream(t *testing.T) {
+	ctx := context.Background()
+	bus := testBus(t)
+	other, err := bus.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"other.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadLetter := func(subject string) {
+		t.Helper()
+		m := nats.NewMsg(bus.DLQSubject("badsink"))
+		m.Header.Set("Specstar-Dlq-Sink", "badsink")
+		m.Header.Set("Specstar-Dlq-Subject", subject)
+		m.Header.Set("Specstar-Dlq-Reason", "crafted")
+		m.Data = []byte("payload")
+		if _, err := bus.JS.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	foreign := []string{"other.x", bus.DLQSubject("anothersink"), bus.Prefix() + ".issue", bus.Prefix() + ".issue.meta.extra"}
+	for _, s := range foreign {
+		deadLetter(s)
+	}
+	deadLetter(bus.Prefix() + ".issue.meta") // a subject of the event stream
+	code, out, errs := runCmd(t, "dlq", "replay", "--nats", bus.URL(), "--sink", "badsink")
+	if code == exitOK || !strings.Contains(out, "1 dead letters re-published") {
+		t.Fatalf("dlq replay with crafted subjects: exit %d, %s %s; want a failure after re-publishing the good one", code, out, errs)
+	}
+	for i := range foreign {
+		if want := fmt.Sprintf("dead letter %d not re-published", i+1); !strings.Contains(errs, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errs)
+		}
+	}
+	if info, err := other.Info(ctx); err != nil || info.State.Msgs != 0 {
+		t.Fatalf("stream OTHER holds %v messages (%v): a dead letter was replayed into it", info.State.Msgs, err)
+	}
+	dlq, err := bus.JS.Stream(ctx, bus.DLQStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := dlq.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != uint64(len(foreign)) {
+		t.Fatalf("the dead-letter stream holds %d messages, want the %d refused ones left in place (and none replayed into it)", info.State.Msgs, len(foreign))
 	}
 }
