@@ -62,7 +62,11 @@ var errConflict = errors.New("meta.db changed by another writer")
 type Factory struct {
 	*Sink
 	cacheDir string
-	refresh  time.Duration // a clean copy's ETag is checked again after this long, for reads
+	// cacheLock is held on cacheDir's lock file while the factory is
+	// open, so a later process removes the directory only once this one
+	// is gone.
+	cacheLock *os.File
+	refresh   time.Duration // a clean copy's ETag is checked again after this long, for reads
 
 	mu    sync.Mutex
 	metas map[string]*metaFile
@@ -113,11 +117,12 @@ func openFactory(ctx context.Context, opts Options, loadOpts ...func(*config.Loa
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp(s.opts.CacheDir, "specstar-s3factory-")
+	dir, lock, err := makeCacheDir(s.opts.CacheDir)
 	if err != nil {
-		return nil, fmt.Errorf("sink: s3 factory %s: cache directory: %w", s, err)
+		s.Close()
+		return nil, fmt.Errorf("sink: s3 factory %s: %w", s, err)
 	}
-	return &Factory{Sink: s, cacheDir: dir, refresh: time.Second, metas: map[string]*metaFile{}}, nil
+	return &Factory{Sink: s, cacheDir: dir, cacheLock: lock, refresh: time.Second, metas: map[string]*metaFile{}}, nil
 }
 
 // String names the factory as its s3:// URL, for logs.
@@ -340,6 +345,10 @@ func (f *Factory) Close() error {
 	}
 	if rerr := os.RemoveAll(f.cacheDir); rerr != nil {
 		err = errors.Join(err, fmt.Errorf("sink: s3 factory cache: %w", rerr))
+	}
+	if f.cacheLock != nil {
+		f.cacheLock.Close() // after the removal: a sweep never races it
+		f.cacheLock = nil
 	}
 	return errors.Join(err, f.Sink.Close())
 }
