@@ -14,6 +14,7 @@ import (
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/source/export"
+	s3src "github.com/specstar/replicator/source/s3"
 )
 
 var exportCmd = &cli.Command{
@@ -83,6 +84,11 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		if _, err := os.Stat(strings.TrimPrefix(spec.From, "file://")); err != nil {
 			return exportCmd.Fail(stderr, cli.InputCode(err), "", err)
 		}
+	}
+	if ss, ok := s.(*s3src.Source); ok {
+		// Each model's referenced blobs in its own section, as SpecStar's
+		// dump writes them, read from the blob store below.
+		ss.PerModelRefs = true
 	}
 	if spec.Blobs == "refs" {
 		spec.Blobs = ""

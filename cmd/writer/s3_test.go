@@ -10,12 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/internal/s3test"
@@ -439,4 +441,81 @@ func countRows(t *testing.T, conn *pgx.Conn, table string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestExportPostgresS3SharedBlob: a blob referenced by two models is
+// written in both models' sections, as SpecStar's dump writes it
+// (BlobRecord* between each model's ModelStart and ModelEnd); export once
+// wrote it only in the first model's section (issue 25, item 1).
+func TestExportPostgresS3SharedBlob(t *testing.T) {
+	d := newPGS3Deployment(t, pgDSN())
+	ctx := context.Background()
+	shared := d.putBlob(t, "doc", []byte("shared by doc and issue"), "text/plain")
+	d.all[recordKey(t, "issue", &events.BlobRecord{FileID: shared.FileID, BlobData: []byte("shared by doc and issue"), Size: 23, ContentType: "text/plain"})] = true
+	own := d.putBlob(t, "doc", []byte("doc's own"), "text/plain")
+	d.write(d.w.Create(ctx, "doc", "doc:1", docPayload("one", shared, own), specstarpg.Write{}))
+	d.write(d.w.Create(ctx, "issue", "issue:1", docPayload("bug", shared), specstarpg.Write{}))
+	check := func(what, out, summary string) {
+		t.Helper()
+		if !strings.Contains(summary, "2 models, ") || !strings.Contains(summary, "3 blobs") {
+			t.Errorf("%s: export summary: %s", what, summary)
+		}
+		order, blobs := sectionBlobs(t, out)
+		if !slices.Equal(order, []string{"doc", "issue"}) {
+			t.Errorf("%s: model sections %v, want [doc issue]", what, order)
+		}
+		if got := blobs["issue"]; !slices.Equal(got, []string{shared.FileID}) {
+			t.Errorf("%s: issue's section holds blobs %v, want the shared %s", what, got, shared.FileID)
+		}
+		if got := blobs["doc"]; len(got) != 2 || !slices.Contains(got, shared.FileID) || !slices.Contains(got, own.FileID) {
+			t.Errorf("%s: doc's section holds blobs %v, want %s and %s", what, got, shared.FileID, own.FileID)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "shared.acbak")
+	code, stdout, stderr := runWriter(t, "export", "--from", d.from, "--resources", d.resources, "--blobs", d.blobs, "--to", out)
+	if code != exitOK {
+		t.Fatalf("export: exit %d\n%s%s", code, stdout, stderr)
+	}
+	check("Postgres+S3", out, stdout)
+	compareSets(t, "archive", recordSet(t, out), d.current())
+
+	// The S3 resource store alone (no metas) once listed the blob store
+	// after every model, each blob in its first model's section.
+	alone := filepath.Join(t.TempDir(), "alone.acbak")
+	code, stdout, stderr = runWriter(t, "export", "--from", d.resources, "--blobs", d.blobs, "--to", alone)
+	if code != exitOK {
+		t.Fatalf("export of the S3 store alone: exit %d\n%s%s", code, stdout, stderr)
+	}
+	check("S3 alone", alone, stdout)
+}
+
+// sectionBlobs reads an archive's model sections in order and the file
+// ids of the BlobRecords inside each.
+func sectionBlobs(t *testing.T, path string) (order []string, blobs map[string][]string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	blobs = map[string][]string{}
+	model := ""
+	for fr, err := range acbak.NewReader(f, acbak.Options{}).All() {
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		switch r := fr.Record.(type) {
+		case *events.ModelStartRecord:
+			model = r.ModelName
+			order = append(order, model)
+		case *events.BlobRecord:
+			if model == "" {
+				t.Errorf("%s: blob %s outside a model section", path, r.FileID)
+			}
+			blobs[model] = append(blobs[model], r.FileID)
+		case *events.ModelEndRecord:
+			model = ""
+		}
+	}
+	return order, blobs
 }

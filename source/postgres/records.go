@@ -82,8 +82,15 @@ func (p *DeploymentSource) Records(ctx context.Context) iter.Seq2[base.Record, e
 			return
 		}
 		defer src.Close()
-		seen := map[string]bool{}
+		// The blobs already referenced in the current model: SpecStar's
+		// dump writes a blob in the section of every model that
+		// references it, so the memory is per model.
+		seen, seenModel := map[string]bool{}, ""
 		_, err = src.Snapshot(ctx, Position{}, func(model string, rec events.Record, _ Position) error {
+			if model != seenModel {
+				clear(seen)
+				seenModel = model
+			}
 			where := "meta"
 			rr, isRev := rec.(*events.RevisionRecord)
 			if isRev {

@@ -21,6 +21,11 @@ type Source struct {
 	Resources string
 	// Blobs is the blob store's s3:// URL; "" reads no blobs.
 	Blobs string
+	// PerModelRefs yields, at the end of each model's revisions, a
+	// BlobRefRecord per blob its payloads reference (a blob shared by two
+	// models in both, as SpecStar's dump writes them) instead of listing
+	// the blob store; what export reads.
+	PerModelRefs bool
 }
 
 var _ base.Source = (*Source)(nil)
@@ -48,6 +53,13 @@ func (s *Source) Records(ctx context.Context) iter.Seq2[base.Record, error] {
 			defer closeBlobs()
 			blobs = b
 		}
+		if s.PerModelRefs {
+			err = perModelRefs(ctx, revs, yield)
+			if err != nil && !errors.Is(err, errStop) {
+				yield(base.Record{}, err)
+			}
+			return
+		}
 		_, err = Snapshot(ctx, revs, blobs, nil, Handler{
 			Record: func(model string, rec events.Record) error {
 				if !yield(base.Record{Model: model, Record: rec, Where: "s3 revision"}, nil) {
@@ -67,6 +79,62 @@ func (s *Source) Records(ctx context.Context) iter.Seq2[base.Record, error] {
 			yield(base.Record{}, err)
 		}
 	}
+}
+
+// perModelRefs yields every revision of revs, model by model, each model
+// followed by a BlobRefRecord per blob its payloads reference (each once
+// in the model).
+func perModelRefs(ctx context.Context, revs Revisions, yield func(base.Record, error) bool) error {
+	model := ""
+	var refs []events.BinaryRef
+	seen := map[string]bool{}
+	flush := func() error {
+		for _, ref := range refs {
+			rec := &events.BlobRefRecord{FileID: ref.FileID, Size: ref.Size, ContentType: ref.ContentType}
+			if !yield(base.Record{Model: model, Record: rec, Where: "payload reference"}, nil) {
+				return errStop
+			}
+		}
+		refs = nil
+		clear(seen)
+		return nil
+	}
+	_, err := Snapshot(ctx, revs, nil, nil, Handler{
+		Record: func(m string, rec events.Record) error {
+			if m != model {
+				if err := flush(); err != nil {
+					return err
+				}
+				model = m
+			}
+			if !yield(base.Record{Model: m, Record: rec, Where: "s3 revision"}, nil) {
+				return errStop
+			}
+			rr, ok := rec.(*events.RevisionRecord)
+			if !ok {
+				return nil
+			}
+			raw, err := events.DecodeRawResource(events.Msgpack, rr.Data)
+			if err != nil {
+				return fmt.Errorf("model %q: revision record: %w", m, err)
+			}
+			found, err := events.PayloadBinaryRefs(raw.RawData)
+			if err != nil {
+				return nil // not a payload we can read: its blobs are not found
+			}
+			for _, ref := range found {
+				if !seen[ref.FileID] {
+					seen[ref.FileID] = true
+					refs = append(refs, ref)
+				}
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return err
+	}
+	return flush()
 }
 
 // openStore opens an s3:// store read with parse.
