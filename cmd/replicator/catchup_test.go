@@ -19,6 +19,7 @@ import (
 	"github.com/specstar/replicator/internal/synth"
 	"github.com/specstar/replicator/internal/testfixtures"
 	"github.com/specstar/replicator/internal/testsize"
+	"github.com/specstar/replicator/internal/waitfor"
 	"github.com/specstar/replicator/replicate"
 	srcarchive "github.com/specstar/replicator/source/archive"
 	"github.com/specstar/replicator/stream"
@@ -69,10 +70,15 @@ func TestCatchUpAfterOutage(t *testing.T) {
 	replay(t, bus, archive)
 	// The server counts a consumer's pending messages as they are stored;
 	// under load the count can trail the last publish ack by a moment.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	// The deadline restarts while the count moves.
+	lastPending := uint64(0)
+	for deadline := time.Now().Add(waitfor.Scaled(10 * time.Second)); ; time.Sleep(100 * time.Millisecond) {
 		st := statusOf(t, bus, "catchup")
 		if st.Pending == uint64(events) {
 			break
+		}
+		if st.Pending != lastPending {
+			lastPending, deadline = st.Pending, time.Now().Add(waitfor.Scaled(10*time.Second))
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("while down, pending is %d, want %d", st.Pending, events)

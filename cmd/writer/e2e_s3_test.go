@@ -19,6 +19,7 @@ import (
 	"github.com/specstar/replicator/internal/s3test"
 	"github.com/specstar/replicator/internal/specstarpg"
 	"github.com/specstar/replicator/internal/testsize"
+	"github.com/specstar/replicator/internal/waitfor"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -301,7 +302,7 @@ func e2eCatchWriteInFlight(t *testing.T, dsn, prefix string) (unlock func()) {
 	if _, err := tx.Exec(ctx, `LOCK TABLE `+prefix+`doc_meta, `+prefix+`issue_meta IN SHARE MODE`); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(waitfor.Scaled(10 * time.Second)); ; time.Sleep(20 * time.Millisecond) {
 		var waiting int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
 			WHERE NOT l.granted AND starts_with(c.relname, $1)`, prefix).Scan(&waiting); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/specstar/replicator/internal/freeport"
+	"github.com/specstar/replicator/internal/waitfor"
 )
 
 // BinaryEnv names the nats-server binary to run (default: nats-server on
@@ -147,7 +148,8 @@ func (c *Cluster) Restart(i int) {
 	}
 	n.cmd, n.exited = cmd, make(chan struct{})
 	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(n.exited)
-	deadline := time.Now().Add(30 * time.Second)
+	wait := waitfor.Scaled(30 * time.Second) // a loaded machine starts it slowly
+	deadline := time.Now().Add(wait)
 	for {
 		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", n.Port), time.Second)
 		if err == nil {
@@ -160,7 +162,7 @@ func (c *Cluster) Restart(i int) {
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			c.tb.Fatalf("nats-server %s takes no clients after 30 s; its log:\n%s", n.Name, readTail(n.Log))
+			c.tb.Fatalf("nats-server %s takes no clients after %s; its log:\n%s", n.Name, wait, readTail(n.Log))
 		}
 	}
 }

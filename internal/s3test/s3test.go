@@ -27,6 +27,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/specstar/replicator/internal/freeport"
+	"github.com/specstar/replicator/internal/waitfor"
 )
 
 // InstallHint is how to get the server binary, quoted when it is missing.
@@ -161,7 +162,8 @@ func (s *Server) start() error {
 	s.mu.Unlock()
 
 	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(15 * time.Second)
+	wait := waitfor.Scaled(15 * time.Second) // a loaded machine starts it slowly
+	deadline := time.Now().Add(wait)
 	for time.Now().Before(deadline) {
 		select {
 		case <-done:
@@ -176,7 +178,7 @@ func (s *Server) start() error {
 		time.Sleep(25 * time.Millisecond)
 	}
 	s.Stop()
-	return fmt.Errorf("versitygw on %s did not answer within 15s: %s", s.addr, s.logTail())
+	return fmt.Errorf("versitygw on %s did not answer within %s: %s", s.addr, wait, s.logTail())
 }
 
 func (s *Server) logTail() string {

@@ -16,6 +16,7 @@ import (
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/internal/specstarpg"
+	"github.com/specstar/replicator/internal/waitfor"
 )
 
 // logicalEnv is a cluster with a writer and a source on one prefix.
@@ -61,6 +62,14 @@ type collector struct {
 	commits   []pglogrepl.LSN
 	confirmed pglogrepl.LSN
 	valid     map[pglogrepl.LSN]bool // every LSN ever confirmed
+	handled   int                    // records, purges and commits received
+}
+
+// progress is how many records, purges and commits c received.
+func (c *collector) progress() any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.handled
 }
 
 func newCollector(auto bool, start pglogrepl.LSN) *collector {
@@ -73,6 +82,7 @@ func (c *collector) handler() LogicalHandler {
 		Record: func(model string, rec events.Record, lsn pglogrepl.LSN) error {
 			c.mu.Lock()
 			defer c.mu.Unlock()
+			c.handled++
 			switch r := rec.(type) {
 			case *events.MetaRecord:
 				m, err := events.DecodeResourceMeta(events.Msgpack, r.Data)
@@ -94,12 +104,14 @@ func (c *collector) handler() LogicalHandler {
 		Purge: func(model, rid string, lsn pglogrepl.LSN, _ time.Time) error {
 			c.mu.Lock()
 			defer c.mu.Unlock()
+			c.handled++
 			c.purges[model+"/"+rid]++
 			return nil
 		},
 		Commit: func(lsn pglogrepl.LSN) error {
 			c.mu.Lock()
 			defer c.mu.Unlock()
+			c.handled++
 			c.commits = append(c.commits, lsn)
 			if c.auto {
 				c.confirmLocked(lsn)
@@ -184,15 +196,19 @@ func (e *logicalEnv) stream(t *testing.T, start pglogrepl.LSN, c *collector) (st
 	return stop
 }
 
+// waitFor waits until cond holds, failing only after a stall window
+// scaled by the machine's load (waitfor.For): a fixed 20 s once failed
+// TestLogicalRevisionWithoutMeta on a loaded machine (issue 25, item 8).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.For(t, what, cond)
+}
+
+// waitCollected waits until cond holds, failing only when c received
+// nothing for a stall window scaled by the load.
+func waitCollected(t *testing.T, c *collector, what string, cond func() bool) {
+	t.Helper()
+	waitfor.Until(t, what, waitfor.Options{Progress: c.progress}, cond)
 }
 
 func mustWrite(t *testing.T) func(*specstarpg.Written, error) *specstarpg.Written {
@@ -517,7 +533,7 @@ func TestLogicalRevisionWithoutMeta(t *testing.T) {
 		VALUES ('issue:1', 'copy-rev', '__none__', 'copy-uid')`); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "issue:1's meta and both revision rows read back", func() bool {
+	waitCollected(t, c, "issue:1's meta and both revision rows read back", func() bool {
 		return c.hasMeta("issue", "issue:1", first.MetaData) && c.revCount("issue", "issue:1") >= 2
 	})
 }

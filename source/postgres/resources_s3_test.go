@@ -17,6 +17,7 @@ import (
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/s3test"
 	"github.com/specstar/replicator/internal/specstarpg"
+	"github.com/specstar/replicator/internal/waitfor"
 	s3sink "github.com/specstar/replicator/sink/s3"
 )
 
@@ -239,7 +240,7 @@ func TestPostgresS3CurrentRevisionMissing(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		_, _ = e.client.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("deploy"), Key: aws.String(key), Body: strings.NewReader(cur.Info.UID)})
 	}()
-	recs, _ := snapshotAll(t, e.source(t, 10*time.Second), Position{})
+	recs, _ := snapshotAll(t, e.source(t, waitfor.Scaled(10*time.Second)), Position{})
 	checkListed(t, recs, d)
 }
 
@@ -265,13 +266,12 @@ func TestPostgresS3Poll(t *testing.T) {
 	wait := func(n int) []emitted {
 		t.Helper()
 		var got []emitted
-		deadline := time.After(5 * time.Second)
 		for len(got) < n {
 			select {
 			case r := <-recs:
 				got = append(got, r)
-			case <-deadline:
-				t.Fatalf("Poll emitted %d records within 5s, want %d", len(got), n)
+			case <-waitfor.After(10 * time.Second): // a deadline per record, scaled by the load
+				t.Fatalf("Poll emitted %d records, then nothing for %s; want %d", len(got), waitfor.Scaled(10*time.Second), n)
 			}
 		}
 		select {

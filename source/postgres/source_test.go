@@ -15,6 +15,7 @@ import (
 
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/specstarpg"
+	"github.com/specstar/replicator/internal/waitfor"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/sink/disk"
 	"github.com/specstar/replicator/sink/postgres"
@@ -450,13 +451,12 @@ func expectPolled(t *testing.T, ch <-chan pollRec, want ...*resource) []byte {
 		left[r.Model+"|"+r.RID] = r
 	}
 	var cur []byte
-	deadline := time.After(2 * time.Second)
 	for len(left) > 0 {
 		var p pollRec
 		select {
 		case p = <-ch:
-		case <-deadline:
-			t.Fatalf("Poll did not emit %d changed resources within 2s", len(left))
+		case <-waitfor.After(10 * time.Second): // a deadline per record, scaled by the load
+			t.Fatalf("Poll emitted nothing more for %s with %d changed resources left", waitfor.Scaled(10*time.Second), len(left))
 		}
 		mr, ok := p.rec.(*events.MetaRecord)
 		if !ok {
@@ -477,8 +477,8 @@ func expectPolled(t *testing.T, ch <-chan pollRec, want ...*resource) []byte {
 		for _, rev := range r.Revs {
 			select {
 			case p = <-ch:
-			case <-deadline:
-				t.Fatalf("Poll did not emit the revisions of %s", r.RID)
+			case <-waitfor.After(10 * time.Second):
+				t.Fatalf("Poll did not emit the revisions of %s within %s of the previous record", r.RID, waitfor.Scaled(10*time.Second))
 			}
 			rr, ok := p.rec.(*events.RevisionRecord)
 			if !ok {

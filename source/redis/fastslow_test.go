@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/waitfor"
 	"github.com/specstar/replicator/sink"
 	redissink "github.com/specstar/replicator/sink/redis"
 	"github.com/specstar/replicator/source/internal/base"
@@ -229,8 +230,10 @@ func fastSlow(t *testing.T, slowURL string) {
 	if err := <-moverDone; err != nil {
 		t.Fatal(err)
 	}
-	// Follow must reach every resource's last version.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	// Follow must reach every resource's last version; the deadline
+	// restarts while resources are still being caught up with.
+	lastMissing := -1
+	for deadline := time.Now(); ; time.Sleep(20 * time.Millisecond) {
 		fmu.Lock()
 		missing := 0
 		for i := range resources {
@@ -243,8 +246,11 @@ func fastSlow(t *testing.T, slowURL string) {
 		if missing == 0 {
 			break
 		}
+		if missing != lastMissing {
+			lastMissing, deadline = missing, time.Now().Add(waitfor.Scaled(10*time.Second))
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("Follow has not yielded the last version of %d resources", missing)
+			t.Fatalf("Follow has not yielded the last version of %d resources (no progress for %s)", missing, waitfor.Scaled(10*time.Second))
 		}
 	}
 	stopFollow()

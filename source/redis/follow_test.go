@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/waitfor"
 	"github.com/specstar/replicator/source/internal/base"
 	"github.com/specstar/replicator/source/redis"
 )
@@ -55,8 +56,8 @@ func TestFollow(t *testing.T) {
 					if v != want {
 						t.Fatalf("yielded version %d, want %d", v, want)
 					}
-				case <-time.After(2 * time.Second):
-					t.Fatalf("version %d not yielded within 2 s", want)
+				case <-waitfor.After(10 * time.Second):
+					t.Fatalf("version %d not yielded within %s", want, waitfor.Scaled(10*time.Second))
 				}
 			}
 			expect(1) // the first scan
