@@ -27,6 +27,7 @@ import (
 	"github.com/specstar/replicator/internal/synth"
 	"github.com/specstar/replicator/internal/testfixtures"
 	"github.com/specstar/replicator/internal/testsize"
+	"github.com/specstar/replicator/internal/waitfor"
 	"github.com/specstar/replicator/stream"
 )
 
@@ -225,7 +226,9 @@ func TestClusterLeaderKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a three-node cluster and the commands as processes")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), testsize.Of(3*time.Minute, 15*time.Minute))
+	// One deadline for every subtest: scaled by the load, as a loaded
+	// machine once used it up before the last subtest began.
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Scaled(testsize.Of(3*time.Minute, 15*time.Minute)))
 	defer cancel()
 	writerBin, replBin := buildBinary(t, "."), buildBinary(t, "../replicator")
 	archive := clusterArchive(t)

@@ -161,6 +161,12 @@ func e2eLiveMirror(t *testing.T, writerBin, replBin string, v e2eVariant) {
 		x.pause.Store(false)
 	}
 	time.Sleep(v.after)
+	// Enough writes for the checks below, counted, not timed: a loaded
+	// machine writes fewer in a fixed window.
+	waitfor.Until(t, "the writer's writes", waitfor.Options{Progress: func() any { return x.writes.Load() }}, func() bool {
+		_, _, blobs := x.ledger.counts()
+		return x.writes.Load() >= testsize.Of[int64](30, 60) && blobs >= 4
+	})
 	close(stop)
 	if err := <-werr; err != nil {
 		t.Fatalf("the writer (SpecStar) failed a write: %v", err)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/internal/specstarpg"
 	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/waitfor"
 	"github.com/specstar/replicator/sink/disk"
 	"github.com/specstar/replicator/stream"
 )
@@ -232,6 +234,7 @@ func TestLogicalTailUnderLoad(t *testing.T) {
 			// The writer: creates and updates until told to stop; writes
 			// that fail while Postgres restarts simply did not happen.
 			stop, done := make(chan struct{}), make(chan int)
+			var progress atomic.Int64 // writes so far, for the waits below
 			go func() {
 				written := 0
 				for i := 0; ; i++ {
@@ -250,11 +253,15 @@ func TestLogicalTailUnderLoad(t *testing.T) {
 					}
 					if err == nil {
 						written++
+						progress.Add(1)
 					}
 					time.Sleep(10 * time.Millisecond)
 				}
 			}()
-			time.Sleep(1500 * time.Millisecond)
+			// Some writes before the fault and enough after it, counted, not
+			// timed: a loaded machine writes fewer in a fixed window.
+			waitfor.Until(t, "25 writes before the fault", waitfor.Options{Progress: func() any { return progress.Load() }},
+				func() bool { return progress.Load() >= 25 })
 			switch variant {
 			case "postgres-restart":
 				cluster.Restart(t)
@@ -263,7 +270,9 @@ func TestLogicalTailUnderLoad(t *testing.T) {
 				tail.Wait()
 				tail = startTail()
 			}
-			time.Sleep(1500 * time.Millisecond)
+			after := progress.Load()
+			waitfor.Until(t, "25 writes after the fault", waitfor.Options{Progress: func() any { return progress.Load() }},
+				func() bool { return progress.Load() >= after+25 })
 			close(stop)
 			written := <-done
 			if written < 50 {
