@@ -188,10 +188,12 @@ func (s *Spec) DiskRoot() string {
 }
 
 // SyncPerBatchUnlessSet makes a plain disk sink whose URL does not say
-// sync= make each batch durable with one syncfs (sync=batch), for a job
-// whose events live no longer than the job (mirror's private stream): a
-// killed or power-cut run is run again, which rewrites whatever was torn,
-// so per-file fsyncs would promise nothing more at five times the cost.
+// sync= make each batch durable with one syncfs before its ack
+// (sync=batch): mirror's and run's default. What a power loss tears is
+// in a batch not yet acked, so its events are delivered again (run's
+// durable consumer) or the job is run again (mirror's private stream)
+// and the files are rewritten; per-file fsyncs would promise nothing
+// more at several times the cost.
 func (s *Spec) SyncPerBatchUnlessSet() {
 	if d := s.plainDisk(); d != nil && !d.SyncSet {
 		d.Options.SyncPerBatch = true

@@ -745,3 +745,31 @@ func pgSep() string {
 	}
 	return "?"
 }
+
+// TestRunDefaultsToGroupCommit: `replicator run` into a disk sink whose
+// URL does not say sync= makes each batch durable with one syncfs
+// (sync=batch, the mode that keeps up with a live source), a URL's
+// sync=file is kept, and --json says which mode ran.
+func TestRunDefaultsToGroupCommit(t *testing.T) {
+	bus := testBus(t)
+	replay(t, bus, testfixtures.Path(t, "small.acbak"))
+	for _, tc := range []struct{ opts, want string }{{"", "batch"}, {"?sync=file", "file"}, {"?sync=batch", "batch"}} {
+		dir := t.TempDir()
+		code, out, errs := runCmd(t, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--json", "--sink", dir+tc.opts)
+		if code != exitOK {
+			t.Fatalf("%q: exit %d\n%s%s", tc.opts, code, out, errs)
+		}
+		var got struct {
+			Sinks []sinkSummary `json:"sinks"`
+		}
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("%q: %v: %s", tc.opts, err, out)
+		}
+		if len(got.Sinks) != 1 || got.Sinks[0].Sync != tc.want {
+			t.Errorf("sink %q ran with sync=%+v, want %s", tc.opts, got.Sinks, tc.want)
+		}
+		if code, out, _ := runCmd(t, "verify", "--archive", testfixtures.Path(t, "small.acbak"), "--sink", dir); code != exitOK {
+			t.Errorf("%q: verify: %s", tc.opts, out)
+		}
+	}
+}

@@ -83,6 +83,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 	if len(pos) != 0 || len(specs) == 0 {
 		return runCommand.Usagef(stderr, "want one or more --to (or --meta/--resources/--blobs) and no other arguments")
 	}
+	for _, spec := range specs {
+		// Group commit: a batch is acked only once one syncfs has made it
+		// durable, and a batch a power loss tore is redelivered and
+		// rewritten; per-file fsyncs cannot keep up with a live source.
+		spec.SyncPerBatchUnlessSet()
+	}
 	addr := *listen
 	if wc.UntilDrained && !given(fs, "listen") {
 		addr = "" // a batch run serves nothing unless asked
@@ -151,6 +157,7 @@ func given(fs *flag.FlagSet, name string) bool {
 type sinkSummary struct {
 	Sink         string `json:"sink"`
 	Consumer     string `json:"consumer"`
+	Sync         string `json:"sync,omitempty"` // a plain disk sink's sync= mode
 	Applied      int64  `json:"applied"`
 	DeadLettered int64  `json:"dead_lettered"`
 }
@@ -160,7 +167,7 @@ func summaries(specs []*sink.Spec, workers []*replicate.Worker) []sinkSummary {
 	for i, w := range workers {
 		st := w.Stats()
 		// Stats.Applied counts every acked event, dead letters included.
-		out = append(out, sinkSummary{Sink: specs[i].Raw, Consumer: w.Name(), Applied: st.Applied - st.DeadLettered, DeadLettered: st.DeadLettered})
+		out = append(out, sinkSummary{Sink: specs[i].Raw, Consumer: w.Name(), Sync: specs[i].Sync(), Applied: st.Applied - st.DeadLettered, DeadLettered: st.DeadLettered})
 	}
 	return out
 }
