@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/specstar/replicator/internal/redact"
 )
 
 // Auth is how the commands authenticate to an external NATS server and
@@ -119,8 +121,8 @@ func (c *Config) authOptions() ([]nats.Option, error) {
 
 // connectError is err from nats.Connect, named with the redacted URL and,
 // for an authentication or TLS failure, a hint at the settings involved.
-// nats.go's errors carry no secrets (it never quotes the URL's userinfo
-// or a file's content), but the URL is redacted here all the same.
+// nats.go quotes a URL it cannot parse whole, password included
+// (url.Parse's error), so err's text goes through redact.Error.
 func connectError(url string, a Auth, err error) error {
 	hint := ""
 	msg := strings.ToLower(err.Error())
@@ -135,5 +137,5 @@ func connectError(url string, a Auth, err error) error {
 		}
 		hint += ")"
 	}
-	return fmt.Errorf("connect to NATS at %s: %w%s", RedactURL(url), err, hint)
+	return fmt.Errorf("connect to NATS at %s: %w%s", RedactURL(url), redact.Error(err, url), hint)
 }

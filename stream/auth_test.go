@@ -113,3 +113,38 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+// TestMalformedURLHidesThePassword (issue 23, item 6): a malformed --nats
+// URL or NATS_URL printed its password in the parse error.
+func TestMalformedURLHidesThePassword(t *testing.T) {
+	for _, raw := range []string{
+		"nats://bob:p@ss/w#rd?x%@127.0.0.1:14227", // the issue's own
+		"nats://bob:S3cretPw%zz@127.0.0.1:14227",
+		"nats://bob:S3cretPw@127.0.0.1:notaport",
+		"nats://bob:S3cretPw@[::1",
+		"bob:S3cretPw%@127.0.0.1:14227", // no scheme
+		"nats://S3cretPw%zz@127.0.0.1:14227",
+		"nats://a:b@127.0.0.1:1, tls://bob:S3cretPw\x7f@127.0.0.1:2",
+	} {
+		secret := "S3cretPw"
+		if strings.Contains(raw, "p@ss") {
+			secret = "p@ss/w#rd"
+		}
+		err := stream.CheckURL(raw)
+		if err == nil {
+			t.Errorf("CheckURL(%q) accepted it", raw)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, oerr := stream.Open(ctx, stream.Config{URL: raw}, slog.New(slog.DiscardHandler))
+		cancel()
+		if oerr == nil {
+			t.Fatalf("Open(%q) connected", raw)
+		}
+		for _, e := range []error{err, oerr} {
+			if msg := e.Error(); strings.Contains(msg, secret) || strings.Contains(msg, secret[:4]) {
+				t.Errorf("error for %q shows the password: %s", raw, msg)
+			}
+		}
+	}
+}

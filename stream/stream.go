@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/redact"
 )
 
 // Config says where the stream lives and how it is kept.
@@ -679,7 +680,13 @@ func CheckURL(raw string) error {
 		one = strings.TrimSpace(one)
 		scheme, _, ok := strings.Cut(one, "://")
 		if !ok {
-			continue // host:port, which nats.go reads as nats://host:port
+			one = "nats://" + one // host:port, which nats.go reads as nats://host:port
+		}
+		if _, err := neturl.Parse(one); err != nil {
+			return fmt.Errorf("--nats %s: not a valid URL: %w", RedactURL(one), redact.Error(err, one))
+		}
+		if !ok {
+			continue
 		}
 		switch strings.ToLower(scheme) {
 		case "nats", "tls", "ws", "wss":

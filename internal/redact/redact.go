@@ -93,3 +93,66 @@ func ParseError(err error) error {
 	}
 	return err
 }
+
+// Error is err, about the URL or connection string raw, with no
+// credential of raw in its text: a url.Error loses the URL it quotes, a
+// URL with userinfo loses every quoted fragment of the reason (url.Parse
+// quotes the bytes it stumbled on, which may be the password's), and any
+// userinfo part of three bytes or more still found in the text is
+// masked. It unwraps to err, so errors.Is still sees the cause.
+func Error(err error, raw string) error {
+	if err == nil {
+		return nil
+	}
+	msg := ParseError(err).Error()
+	secrets := userSecrets(raw)
+	if len(secrets) > 0 {
+		msg = quoted.ReplaceAllString(msg, `"`+Mask+`"`)
+	}
+	for _, s := range secrets {
+		if len(s) >= 3 {
+			msg = strings.ReplaceAll(msg, s, Mask)
+		}
+	}
+	return &redactedError{msg: msg, err: err}
+}
+
+// quoted matches a Go-quoted fragment of an error's text.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// userSecrets are the userinfo of every comma-separated URL of raw, taken
+// leniently (everything between "://" and the last "@", since a malformed
+// password may hold "/", "#" or "@"), and its password apart, raw and
+// unescaped.
+func userSecrets(raw string) []string {
+	var out []string
+	for _, one := range strings.Split(raw, ",") {
+		if _, rest, ok := strings.Cut(one, "://"); ok {
+			one = rest
+		}
+		at := strings.LastIndex(one, "@")
+		if at < 0 {
+			continue
+		}
+		info := one[:at]
+		parts := []string{info} // a token, or user:password
+		if _, pass, ok := strings.Cut(info, ":"); ok {
+			parts = append(parts, pass)
+		}
+		for _, p := range parts {
+			out = append(out, p)
+			if u, err := url.PathUnescape(p); err == nil && u != p {
+				out = append(out, u)
+			}
+		}
+	}
+	return out
+}

@@ -1,6 +1,8 @@
 package redact
 
 import (
+	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -37,4 +39,62 @@ func TestURLHidesEverySecret(t *testing.T) {
 			t.Errorf("URL(%q) = %q shows the secret", in, got)
 		}
 	}
+}
+
+// malformedURLs are URLs a user may mistype, each holding the password
+// (or token) S3cretPw.
+var malformedURLs = []string{
+	"nats://bob:S3cretPw/w#rd?x%@127.0.0.1:14227", // issue 23, item 6: the reported shape
+	"nats://bob:p@ss/w#rd?x%S3cretPw@127.0.0.1:14227",
+	"nats://bob:S3cretPw%@127.0.0.1:4222",
+	"nats://bob:S3cretPw%zz@127.0.0.1:4222",
+	"nats://bob:%S3cretPw@127.0.0.1:4222",
+	"nats://bob:S3cretPw@127.0.0.1:notaport",
+	"nats://bob:S3cretPw@[::1",
+	"nats://S3cretPw%zz@127.0.0.1:4222",
+	"nats://S3cretPw@127.0.0.1:4222/%zz",
+	"tls://bob:S3cretPw@h:4222\x7f",
+	"nats://bob:S3cret%50w@h:4222%",
+	"nats://a:b@h:1,nats://bob:S3cretPw%@h:2",
+	" nats://bob:S3cretPw@h:4222",
+	"nats://bob:S3cretPw@h:4222?x=%",
+}
+
+// TestErrorHidesThePassword (issue 23, item 6): url.Parse's error quoted a
+// malformed NATS URL whole, password included.
+func TestErrorHidesThePassword(t *testing.T) {
+	for _, raw := range malformedURLs {
+		_, perr := url.Parse(strings.TrimSpace(strings.Split(raw, ",")[1%len(strings.Split(raw, ","))]))
+		if perr == nil {
+			_, perr = url.Parse(raw)
+		}
+		if perr == nil {
+			perr = fmt.Errorf("parse %q: something else", raw)
+		}
+		got := Error(fmt.Errorf("connect: %w", perr), raw).Error()
+		if strings.Contains(got, "S3cretPw") || strings.Contains(got, "S3cretPw"[:6]) {
+			t.Errorf("Error for %q = %q shows the password", raw, got)
+		}
+	}
+}
+
+// FuzzErrorHidesThePassword: whatever surrounds user:password@, the
+// error url.Parse gives never shows the password once through Error.
+func FuzzErrorHidesThePassword(f *testing.F) {
+	f.Add("nats://", "bob", "p@ss/w#rd?x%", "127.0.0.1:14227")
+	f.Add("tls://", "", "%zz", "[::1")
+	f.Add("", "u", "S3cret", "h:port")
+	f.Fuzz(func(t *testing.T, scheme, user, pass, host string) {
+		if len(pass) < 3 || strings.Contains(host, "@") || strings.Contains(scheme+user+host, pass) || strings.Contains(user, ":") {
+			return
+		}
+		raw := scheme + user + ":" + pass + "@" + host
+		_, err := url.Parse(raw)
+		if err == nil {
+			err = fmt.Errorf("dial %q: refused", raw)
+		}
+		if got := Error(err, raw).Error(); strings.Contains(got, pass) {
+			t.Errorf("Error for %q = %q shows the password", raw, got)
+		}
+	})
 }
