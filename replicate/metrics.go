@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/specstar/replicator/events"
 )
 
 // Metrics are the engine's Prometheus series, labelled by sink, and the
@@ -20,6 +22,7 @@ type Metrics struct {
 	ackPending  *prometheus.GaugeVec     // sink
 	ackFloor    *prometheus.GaugeVec     // sink
 	redelivered *prometheus.GaugeVec     // sink
+	lag         *prometheus.GaugeVec     // sink: age of the oldest unapplied event
 	// hashMismatches counts revisions whose data_hash does not match
 	// their payload outside a migration.
 	hashMismatches *prometheus.CounterVec // sink
@@ -61,6 +64,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		redelivered: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "specstar_sink_redelivered_messages", Help: "Events the sink's consumer has redelivered and not yet had acked.",
 		}, []string{"sink"}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "specstar_sink_lag_seconds", Help: "Age of the oldest event the sink has not applied (0 when it has applied everything), from the stream's message timestamps.",
+		}, []string{"sink"}),
 		hashMismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "specstar_sink_data_hash_mismatches_total", Help: "Revisions applied whose data_hash does not match their payload (migrations aside).",
 		}, []string{"sink"}),
@@ -69,12 +75,35 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.applied, m.deadLetters, m.retries, m.batch, m.lastSeq, m.pending, m.ackPending, m.ackFloor, m.redelivered, m.hashMismatches} {
+	for _, c := range []prometheus.Collector{m.applied, m.deadLetters, m.retries, m.batch, m.lastSeq, m.pending, m.ackPending, m.ackFloor, m.redelivered, m.lag, m.hashMismatches} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register replication metrics: %w", err)
 		}
 	}
 	return m, nil
+}
+
+// recordKinds and recordOutcomes label specstar_sink_records_total.
+var (
+	recordKinds    = [...]string{events.KindMeta, events.KindRevision, events.KindBlob, events.KindPurge, events.KindOther}
+	recordOutcomes = [...]string{"written", "unchanged", "stale", "skipped", "ignored", "dead_letter"}
+)
+
+// initSink creates every series of sink at 0, so that a counter is
+// exported (and rate() and alerts see it) before its first increment.
+func (m *Metrics) initSink(sink string) {
+	for _, k := range recordKinds {
+		for _, o := range recordOutcomes {
+			m.applied.WithLabelValues(sink, k, o)
+		}
+	}
+	for _, v := range []*prometheus.CounterVec{m.deadLetters, m.retries, m.hashMismatches} {
+		v.WithLabelValues(sink)
+	}
+	for _, v := range []*prometheus.GaugeVec{m.lastSeq, m.pending, m.ackPending, m.ackFloor, m.redelivered, m.lag} {
+		v.WithLabelValues(sink)
+	}
+	m.batch.WithLabelValues(sink)
 }
 
 func (m *Metrics) setReady(sink string, ok bool) {

@@ -200,6 +200,7 @@ func (w *Worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
 // Run consumes until ctx ends or, with UntilDrained, until every event the
 // stream held when Run started is applied (then it returns nil).
 func (w *Worker) Run(ctx context.Context) (runErr error) {
+	w.m.initSink(w.opts.Name)
 	cons, err := w.consumer(ctx)
 	if err != nil {
 		return err
@@ -446,6 +447,9 @@ func (w *Worker) watchConsumer(ctx context.Context, cons jetstream.Consumer) {
 			w.m.ackPending.WithLabelValues(name).Set(float64(info.NumAckPending))
 			w.m.ackFloor.WithLabelValues(name).Set(float64(info.AckFloor.Stream))
 			w.m.redelivered.WithLabelValues(name).Set(float64(info.NumRedelivered))
+			if lag, ok := w.lag(ctx, info); ok {
+				w.m.lag.WithLabelValues(name).Set(lag.Seconds())
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -453,6 +457,34 @@ func (w *Worker) watchConsumer(ctx context.Context, cons jetstream.Consumer) {
 		case <-t.C:
 		}
 	}
+}
+
+// lag is the age of the oldest event the consumer of info has not had
+// acked: the first of its subjects' messages after its ack floor, by the
+// stream's timestamp; 0 when nothing waits. ok is false when the stream
+// could not say.
+func (w *Worker) lag(ctx context.Context, info *jetstream.ConsumerInfo) (lag time.Duration, ok bool) {
+	if info.NumPending == 0 && info.NumAckPending == 0 {
+		return 0, true
+	}
+	next := info.AckFloor.Stream + 1
+	var oldest time.Time
+	for _, f := range w.filters() {
+		msg, err := w.bus.Stream.GetMsg(ctx, next, jetstream.WithGetMsgSubject(f))
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue
+			}
+			return 0, false
+		}
+		if oldest.IsZero() || msg.Time.Before(oldest) {
+			oldest = msg.Time
+		}
+	}
+	if oldest.IsZero() {
+		return 0, true
+	}
+	return max(time.Since(oldest), 0), true
 }
 
 // nextBatch is the size of the batch after msgs (of n payload bytes),
