@@ -145,11 +145,29 @@ func (s *Sink) checkModel(model string) error {
 	case !strings.Contains(s.opts.Prefix, ModelPlaceholder) && model != s.opts.Model:
 		return store.Invalidf(key, "this store's prefix %q holds model %q only", s.opts.Prefix, s.opts.Model)
 	}
-	_, after, _ := strings.Cut(s.opts.Prefix, ModelPlaceholder)
-	if strings.Contains(model, after+KeyInfix) {
-		return store.Invalidf(key, "contains %q, which would make its keys ambiguous", after+KeyInfix)
+	if other, ok := s.opts.sharesKeys(model); ok {
+		return store.Invalidf(key, "its keys are ambiguous: %q is also the start of keys of model %q, and SpecStar's layout {prefix}resource_meta:{resource_id} cannot tell them apart", s.opts.modelPrefix(model), other)
 	}
 	return nil
+}
+
+// sharesKeys reports whether model's keys can also be read as another
+// model's (returned), as with the prefix "{model}:" the key of model
+// "a:resource_meta", resource "x", is that of model "a", resource
+// "resource_meta:x". A key is read back at the first separator (what
+// follows the placeholder, then KeyInfix), so model's keys are its own
+// exactly when that first separator is the one after model: refusing
+// every other model makes the mapping one to one.
+func (o Options) sharesKeys(model string) (string, bool) {
+	_, after, ok := strings.Cut(o.Prefix, ModelPlaceholder)
+	if !ok {
+		return "", false // one model only
+	}
+	sep := after + KeyInfix
+	if i := strings.Index(model+sep, sep); i < len(model) {
+		return model[:i], true
+	}
+	return "", false
 }
 
 // checkResourceID refuses a resource id no key can hold unambiguously.

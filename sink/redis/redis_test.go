@@ -432,3 +432,59 @@ func FuzzParseSpec(f *testing.F) {
 		}
 	})
 }
+
+// TestAmbiguousModelRefused: with the prefix "{model}:", model "a" with
+// resource "resource_meta:x" and model "a:resource_meta" with resource
+// "x" would share one key (issue 26, item 4). SpecStar's layout cannot
+// tell them apart, so the model whose keys read back as another's is
+// refused (dead-lettered), and the other keeps its key to itself.
+func TestAmbiguousModelRefused(t *testing.T) {
+	c := redistest.Client(t)
+	base := redistest.Prefix(t)
+	for _, tc := range []struct{ prefix, model, rid, owner string }{
+		{"{model}:", "a:resource_meta", "x", "a"},
+		{"{model}:", "a:resource_meta:b", "x", "a"},
+		{"app-{model}-", "a-resource_meta:", "x", "a"},
+		{"{model}", "aresource_meta:", "x", "a"},
+	} {
+		spec, err := redis.ParseSpec(redistest.SinkURL("prefix=" + base + tc.prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := spec.Open(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		bad := sinktestutil.Meta(t, tc.rid, "2024-05-01T00:00:00Z", 1, "a")
+		out, err := st.ApplyMeta(ctx, tc.model, bad)
+		if !sink.IsInvalid(err) || !strings.Contains(err.Error(), "ambiguous") || !strings.Contains(err.Error(), fmt.Sprintf("%q", tc.owner)) {
+			t.Errorf("prefix %q model %q: %v, %v; want an Invalid error naming model %q", tc.prefix, tc.model, out, err, tc.owner)
+		}
+		if _, err := st.ApplyPurge(ctx, tc.model, tc.rid, events.Time{}); !sink.IsInvalid(err) {
+			t.Errorf("prefix %q purge of model %q: %v; want an Invalid error", tc.prefix, tc.model, err)
+		}
+		// The owner's resource whose key the refused model would have
+		// taken is written and read back as the owner's.
+		rid := strings.TrimPrefix(st.Key(tc.model, tc.rid), st.Key(tc.owner, ""))
+		good := sinktestutil.Meta(t, rid, "2024-05-01T00:00:00Z", 1, "a")
+		if out, err := st.Put(ctx, tc.owner, good); err != nil || out != sink.Written {
+			t.Fatalf("prefix %q model %q resource %q: %v, %v", tc.prefix, tc.owner, rid, out, err)
+		}
+		key := st.Key(tc.owner, rid)
+		if m, r, ok := st.ParseKey(key); !ok || m != tc.owner || r != rid {
+			t.Errorf("key %q reads back as %q, %q, %v; want %q, %q", key, m, r, ok, tc.owner, rid)
+		}
+		if n, err := c.Exists(ctx, key).Result(); err != nil || n != 1 {
+			t.Errorf("key %q: exists %d, %v", key, n, err)
+		}
+	}
+	// Models that merely contain the infix elsewhere keep working.
+	st := openStore(t, "", events.JSON)
+	for _, model := range []string{"resource_meta", "a_resource_meta", "resource_meta:a"} {
+		m := sinktestutil.Meta(t, "x", "2024-05-01T00:00:00Z", 1, "a")
+		if out, err := st.Put(ctx, model, m); err != nil || out != sink.Written {
+			t.Errorf("model %q: %v, %v", model, out, err)
+		}
+	}
+}
