@@ -2,12 +2,17 @@ package redis
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/source/internal/base"
@@ -43,7 +48,9 @@ type FollowOptions struct {
 // and the blobs they reference) once, then again each time it becomes
 // newer, until ctx ends or fn fails: a change is seen by a keyspace
 // notification (Follow turns them on with CONFIG SET where the server
-// allows it, adding its classes to those already set) or by the periodic
+// allows it, adding its classes to those already set, and puts the
+// setting back when it ends unless another Follow still needs it or
+// someone changed it meanwhile) or by the periodic
 // rescan. A meta is yielded only when it is newer than the last one
 // yielded for its resource (updated time, revision count, bytes), so a
 // resource moving from Redis into the slow store, or seen twice, is never
@@ -67,7 +74,7 @@ func (s *Source) Follow(ctx context.Context, o FollowOptions, fn func(base.Recor
 	f := &follower{d: d, fn: fn, last: map[string][]byte{}, blobs: map[string]bool{}}
 	var notes <-chan string
 	if !o.NoNotifications {
-		ch, stop, err := d.subscribe(ctx)
+		ch, stop, err := d.subscribe(ctx, o.Log)
 		if err != nil {
 			o.Log.Warn("following by periodic rescans only: keyspace notifications are unavailable", "source", d.name, "why", err)
 		} else {
@@ -216,23 +223,46 @@ func (f *follower) check(ctx context.Context, model, rid string) error {
 	return nil
 }
 
+// followClientName starts the connection name of every Follow's
+// subscription, so that a Follow that ends can tell whether another one
+// (of any process) still follows the server.
+const followClientName = "specstar-replicator-follow"
+
 // subscribe turns on keyspace notifications for the store's keys (adding
-// keyspaceFlags to the server's setting) and returns the keys they name.
-func (d *Deployment) subscribe(ctx context.Context) (<-chan string, func(), error) {
+// keyspaceFlags to the server's setting) and returns the keys they name;
+// stop ends the subscription and puts back the setting it changed (see
+// restoreFlags).
+func (d *Deployment) subscribe(ctx context.Context, log *slog.Logger) (<-chan string, func(), error) {
 	rdb := d.Fast.Client()
 	cur, err := rdb.ConfigGet(ctx, "notify-keyspace-events").Result()
 	if err != nil {
 		return nil, nil, fmt.Errorf("CONFIG GET notify-keyspace-events: %w", err)
 	}
-	if want := mergeFlags(cur["notify-keyspace-events"], keyspaceFlags); want != cur["notify-keyspace-events"] {
+	was := cur["notify-keyspace-events"]
+	want := mergeFlags(was, keyspaceFlags)
+	if want != was {
 		if err := rdb.ConfigSet(ctx, "notify-keyspace-events", want).Err(); err != nil {
 			return nil, nil, fmt.Errorf("CONFIG SET notify-keyspace-events %s: %w", want, err)
 		}
 	}
-	channel := fmt.Sprintf("__keyspace@%d__:", rdb.Options().DB)
-	ps := rdb.PSubscribe(ctx, channel+d.Fast.Options().Pattern(""))
+	// The subscription has a connection of its own, named so that other
+	// Follows see it (restoreFlags).
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	opts := *rdb.Options()
+	opts.ClientName = followClientName + "-" + hex.EncodeToString(id[:])
+	sub := goredis.NewClient(&opts)
+	restore := func() {
+		if want != was {
+			d.restoreFlags(context.WithoutCancel(ctx), log, was, want, opts.ClientName)
+		}
+	}
+	channel := fmt.Sprintf("__keyspace@%d__:", opts.DB)
+	ps := sub.PSubscribe(ctx, channel+d.Fast.Options().Pattern(""))
 	if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
 		ps.Close()
+		sub.Close()
+		restore()
 		return nil, nil, fmt.Errorf("PSUBSCRIBE: %w", err)
 	}
 	out := make(chan string, 1024)
@@ -247,7 +277,77 @@ func (d *Deployment) subscribe(ctx context.Context) (<-chan string, func(), erro
 			}
 		}
 	}()
-	return out, func() { cancel(); ps.Close() }, nil
+	stop := func() {
+		cancel()
+		ps.Close()
+		sub.Close()
+		restore()
+	}
+	return out, stop, nil
+}
+
+// restoreTimeout bounds putting back notify-keyspace-events when Follow
+// ends.
+const restoreTimeout = 5 * time.Second
+
+// restoreFlags puts notify-keyspace-events back to was, the setting
+// before this Follow changed it to want, unless it is no longer want
+// (someone changed it since) or another Follow (a connection named
+// followClientName other than self) still subscribes: that one needs it.
+func (d *Deployment) restoreFlags(ctx context.Context, log *slog.Logger, was, want, self string) {
+	ctx, cancel := context.WithTimeout(ctx, restoreTimeout)
+	defer cancel()
+	rdb := d.Fast.Client()
+	cur, err := rdb.ConfigGet(ctx, "notify-keyspace-events").Result()
+	if err != nil {
+		log.Warn("could not put back the server's notify-keyspace-events", "source", d.name, "was", was, "err", err)
+		return
+	}
+	if now := cur["notify-keyspace-events"]; !sameFlags(now, want) {
+		log.Info("notify-keyspace-events changed by someone else since the tail set it; left as it is", "source", d.name, "now", now, "was", was)
+		return
+	}
+	if list, err := rdb.ClientList(ctx).Result(); err == nil {
+		if other := otherFollower(list, self); other != "" {
+			log.Info("notify-keyspace-events left on: another tail follows the server", "source", d.name, "client", other, "was", was)
+			return
+		}
+	}
+	if err := rdb.ConfigSet(ctx, "notify-keyspace-events", was).Err(); err != nil {
+		log.Warn("could not put back the server's notify-keyspace-events", "source", d.name, "was", was, "err", err)
+	}
+}
+
+// sameFlags reports whether two notify-keyspace-events settings hold the
+// same classes (the server spells them in its own order).
+func sameFlags(a, b string) bool {
+	ra, rb := []rune(a), []rune(b)
+	slices.Sort(ra)
+	slices.Sort(rb)
+	return slices.Equal(ra, rb)
+}
+
+// otherFollower is the name of a connection in CLIENT LIST's reply that
+// is another Follow's subscription (named followClientName, not self,
+// with a pattern subscription), or "".
+func otherFollower(list, self string) string {
+	for line := range strings.Lines(list) {
+		var name string
+		psub := false
+		for _, f := range strings.Fields(line) {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "name":
+				name = v
+			case "psub":
+				psub = v != "0" && v != ""
+			}
+		}
+		if psub && name != self && strings.HasPrefix(name, followClientName) {
+			return name
+		}
+	}
+	return ""
 }
 
 // mergeFlags adds the notify-keyspace-events classes of add to cur that it

@@ -3,10 +3,12 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/redistest"
 	"github.com/specstar/replicator/internal/waitfor"
 	"github.com/specstar/replicator/source/internal/base"
 	"github.com/specstar/replicator/source/redis"
@@ -87,5 +89,102 @@ func TestFollow(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestFollowRestoresKeyspaceEvents: Follow turns on the keyspace
+// notifications it needs and, when it ends, puts the server's
+// notify-keyspace-events back as it found it (issue 26, item 12: it was
+// left changed); while a second Follow still subscribes the setting is
+// left on for it, and the last to end that changed it restores it.
+func TestFollowRestoresKeyspaceEvents(t *testing.T) {
+	c := redistest.Client(t)
+	orig, err := c.ConfigGet(ctx, "notify-keyspace-events").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.ConfigSet(context.Background(), "notify-keyspace-events", orig["notify-keyspace-events"]) })
+	get := func() string {
+		t.Helper()
+		v, err := c.ConfigGet(ctx, "notify-keyspace-events").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v["notify-keyspace-events"]
+	}
+	const start = "Ez" // some classes of someone else's, not the tail's
+	if err := c.ConfigSet(ctx, "notify-keyspace-events", start).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start1 := get() // as the server spells it
+	u := redisURL(t, "")
+	st := openRedis(t, u)
+	if _, err := st.Put(ctx, "issue", meta(t, "a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	// follow starts a Follow and returns when its first scan yielded a,
+	// so its subscription is in place; stop ends it and waits.
+	follow := func() (stop func()) {
+		fctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		first := make(chan struct{}, 1)
+		go func() {
+			done <- (&redis.Source{Meta: u}).Follow(fctx, redis.FollowOptions{Rescan: time.Hour}, func(r base.Record) error {
+				select {
+				case first <- struct{}{}:
+				default:
+				}
+				return nil
+			})
+		}()
+		select {
+		case <-first:
+		case err := <-done:
+			t.Fatalf("Follow ended: %v", err)
+		case <-time.After(5 * time.Second):
+			t.Fatal("Follow yielded nothing within 5 s")
+		}
+		return func() {
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatal(err)
+			}
+		}
+	}
+	stop1 := follow()
+	on := get()
+	if on == start1 || !strings.ContainsRune(on, 'K') || !strings.ContainsRune(on, 'z') {
+		t.Fatalf("while following, notify-keyspace-events is %q (was %q); want the tail's classes added", on, start1)
+	}
+	stop2 := follow() // finds them on, changes nothing
+	stop1()
+	if got := get(); got != on {
+		t.Errorf("the first Follow ended while a second follows: notify-keyspace-events %q, want %q left on", got, on)
+	}
+	stop2()
+	if got := get(); got != on {
+		t.Errorf("the second Follow, which changed nothing, set notify-keyspace-events to %q; want %q", got, on)
+	}
+	// One Follow alone that changed the setting puts it back.
+	if err := c.ConfigSet(ctx, "notify-keyspace-events", start).Err(); err != nil {
+		t.Fatal(err)
+	}
+	stop := follow()
+	if get() == start1 {
+		t.Fatal("Follow did not turn keyspace notifications on")
+	}
+	stop()
+	if got := get(); got != start1 {
+		t.Errorf("after Follow ended, notify-keyspace-events is %q; want %q as it was", got, start1)
+	}
+	// Changed by someone else meanwhile: left as they set it.
+	stop = follow()
+	if err := c.ConfigSet(ctx, "notify-keyspace-events", "KA").Err(); err != nil {
+		t.Fatal(err)
+	}
+	changed := get()
+	stop()
+	if got := get(); got != changed {
+		t.Errorf("notify-keyspace-events changed meanwhile to %q, but Follow set it to %q at its end", changed, got)
 	}
 }
