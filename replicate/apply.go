@@ -49,7 +49,7 @@ func (w *Worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, err
 	if err := w.applyBatch(ctx, msgs); err != nil {
 		return 0, err
 	}
-	return w.commit(ctx, msgs, start, w.snk.Flush)
+	return w.commit(ctx, msgs, start, w.snk.Flush, true)
 }
 
 // flushJob is a batch being made durable and acked in the background
@@ -82,7 +82,7 @@ func (w *Worker) processOverlapped(ctx context.Context, msgs []jetstream.Msg) er
 	w.flushing = f
 	go func() {
 		defer close(f.done)
-		_, f.err = w.commit(ctx, msgs, start, o.FlushSealed)
+		_, f.err = w.commit(ctx, msgs, start, o.FlushSealed, false)
 	}()
 	return nil
 }
@@ -165,12 +165,20 @@ func (w *Worker) applyBatch(ctx context.Context, msgs []jetstream.Msg) error {
 
 // commit makes what was applied durable (flush: the sink's Flush or
 // FlushSealed), then acks msgs, a batch applied since start; it returns
-// the highest stream sequence acked.
-func (w *Worker) commit(ctx context.Context, msgs []jetstream.Msg, start time.Time, flush func(context.Context) error) (uint64, error) {
+// the highest stream sequence acked. When the flush refuses a record and
+// drops the batch (sink.DroppedError) and isolate is set (nothing else
+// was applied since), the batch is written again one event at a time and
+// the refused events dead-lettered (see isolate).
+func (w *Worker) commit(ctx context.Context, msgs []jetstream.Msg, start time.Time, flush func(context.Context) error, isolate bool) (uint64, error) {
 	name := w.opts.Name
 	var last uint64
 	if err := w.retry(ctx, "flush", func() error { return flush(ctx) }); err != nil {
-		return last, err
+		if !isolate || !sink.IsDropped(err) {
+			return last, err
+		}
+		if err := w.isolate(ctx, msgs, err); err != nil {
+			return last, err
+		}
 	}
 	w.ack(ctx, msgs)
 	for _, msg := range msgs {

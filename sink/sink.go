@@ -77,3 +77,12 @@ type InvalidError = store.InvalidError
 // IsInvalid reports whether err (or anything it wraps) is an *InvalidError,
 // so a caller can route permanent failures to the dead-letter queue.
 func IsInvalid(err error) bool { return store.IsInvalid(err) }
+
+// DroppedError is a Flush that refused a record only when writing it and
+// dropped its whole queue: the caller applies and flushes the batch again
+// one record at a time to find the refused one.
+type DroppedError = store.DroppedError
+
+// IsDropped reports whether err (or anything it wraps) is a
+// *DroppedError.
+func IsDropped(err error) bool { return store.IsDropped(err) }

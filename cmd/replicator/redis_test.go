@@ -118,3 +118,45 @@ func TestRedisDialFailureSaysItOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisForeignKeyDeadLetters: a hash where one resource's meta key
+// would be (another program's key) is a permanent refusal of that meta
+// (issue 26, item 5: the sink retried WRONGTYPE forever, blocking every
+// model): run drains with the one meta dead-lettered, saying why, the
+// hash left alone, and every other meta written.
+func TestRedisForeignKeyDeadLetters(t *testing.T) {
+	ctx := t.Context()
+	c := redistest.Client(t)
+	prefix := redistest.Prefix(t)
+	meta := redistest.SinkURL("prefix="+url.QueryEscape(prefix+"{model}:")) + "&name=foreign"
+	foreign := prefix + "issue:resource_meta:issue:a9eec085-e690-4d78-a981-adae828114ab" // one of small.acbak's
+	if err := c.HSet(ctx, foreign, "owner", "someone else").Err(); err != nil {
+		t.Fatal(err)
+	}
+	bus := testBus(t)
+	replay(t, bus, testfixtures.Path(t, "small.acbak"))
+	code, out, errs := runCmdWithin(t, time.Minute, "run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", meta)
+	if code != exitOK || !strings.Contains(out, " 1 dead-lettered") {
+		t.Fatalf("run --until-drained: exit %d, want the one meta at the foreign key dead-lettered\n%s%s", code, out, errs)
+	}
+	if typ, err := c.Type(ctx, foreign).Result(); err != nil || typ != "hash" {
+		t.Errorf("the foreign key is now a %q (%v); want the hash left alone", typ, err)
+	}
+	keys, err := c.Keys(ctx, prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	strs := 0
+	for _, k := range keys {
+		if typ, _ := c.Type(ctx, k).Result(); typ == "string" {
+			strs++
+		}
+	}
+	if strs != 5 {
+		t.Errorf("%d metas written (%v); want small.acbak's 6 but the foreign one", strs, keys)
+	}
+	code, list, errs := runCmd(t, "dlq", "list", "--nats", bus.URL(), "--sink", "foreign")
+	if code != exitOK || !strings.Contains(list, "1 dead letters") || !strings.Contains(list, "WRONGTYPE") || !strings.Contains(list, "subject=specstar.issue.meta") {
+		t.Errorf("dlq list: exit %d, want one issue meta refused for WRONGTYPE\n%s%s", code, list, errs)
+	}
+}

@@ -250,10 +250,26 @@ func (s *Sink) Raw(ctx context.Context, model, resourceID string) ([]byte, error
 	if errors.Is(err, goredis.Nil) {
 		return nil, fmt.Errorf("%s: meta %q: %w", s.addr, key, fs.ErrNotExist)
 	}
+	if isWrongType(err) {
+		return nil, fmt.Errorf("%s: %w", s.addr, foreignKey(key))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: get %q: %w", s.addr, key, err)
 	}
 	return b, nil
+}
+
+// isWrongType reports whether err is the server's refusal of a string
+// command on a key of another type (a hash, a list...).
+func isWrongType(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "WRONGTYPE")
+}
+
+// foreignKey is the permanent refusal of a key that holds something
+// else than a string, so no meta: one written by another program, which
+// the store must not overwrite and retrying will not change.
+func foreignKey(key string) error {
+	return store.Invalid(fmt.Sprintf("meta key %q", key), "holds a value of another type than a string (WRONGTYPE): a foreign key, left alone")
 }
 
 // DecodeMeta reads a stored meta in either encoding (SpecStar's json
@@ -456,7 +472,9 @@ func (s *Sink) Purge(ctx context.Context, model, resourceID string, purgedAt eve
 // Purge does); when it returns they are in Redis, as durable as the
 // server's persistence settings make them. On an error the whole batch
 // stays queued for the next Flush (writing it again changes nothing that
-// was written). Keys written once in the batch, the common case, cost one
+// was written), except on a key that refuses a meta for good (one of
+// another type than a string): then the batch is dropped and the error
+// is a sink.DroppedError. Keys written once in the batch, the common case, cost one
 // MGET and one pipeline of compare-and-sets per chunk; a key written
 // several times, or whose compare-and-set lost a race, is written one
 // write at a time.
@@ -466,6 +484,12 @@ func (s *Sink) Flush(ctx context.Context) error {
 	s.queue = nil
 	s.mu.Unlock()
 	if err := s.flush(ctx, queue); err != nil {
+		if store.IsInvalid(err) {
+			// A key that refuses a meta for good (a foreign one): the
+			// batch is dropped, for the caller to apply again one
+			// record at a time and dead-letter the refused one.
+			return &store.DroppedError{Err: err}
+		}
 		s.mu.Lock()
 		s.queue = append(queue[:len(queue):len(queue)], s.queue...)
 		s.mu.Unlock()
@@ -556,6 +580,8 @@ func (s *Sink) flushOnce(ctx context.Context, writes []write) (lost []write, err
 		switch {
 		case err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT"):
 			lost = append(lost, sent[i]) // the script is loaded by the one-at-a-time path
+		case isWrongType(err):
+			return nil, fmt.Errorf("%s: %w", s.addr, foreignKey(keys[i]))
 		case err != nil:
 			return nil, fmt.Errorf("%s: write %q: %w", s.addr, s.Key(sent[i].model, sent[i].rid), err)
 		case n == 0:

@@ -488,3 +488,51 @@ func TestAmbiguousModelRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestForeignKeyRefused: a key of another type where a meta would go (a
+// hash another program wrote) refuses that meta for good (issue 26, item
+// 5: WRONGTYPE was retried forever): Put and Purge say Invalid, and a
+// Flush holding it writes nothing more of its batch, drops it and says
+// so (sink.DroppedError), so the caller can write the batch again one
+// record at a time; the hash is left alone.
+func TestForeignKeyRefused(t *testing.T) {
+	c := redistest.Client(t)
+	st := openStore(t, "", events.JSON)
+	foreign := st.Key("issue", "taken")
+	if err := c.HSet(ctx, foreign, "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	m := sinktestutil.Meta(t, "taken", "2024-05-01T00:00:00Z", 1, "a")
+	if _, err := st.Put(ctx, "issue", m); !sink.IsInvalid(err) || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Errorf("Put at a hash: %v; want an Invalid error saying WRONGTYPE", err)
+	}
+	if _, err := st.Purge(ctx, "issue", "taken", events.Time{}); !sink.IsInvalid(err) {
+		t.Errorf("Purge of a hash: %v; want an Invalid error", err)
+	}
+	if _, err := st.Meta(ctx, "issue", "taken"); !sink.IsInvalid(err) {
+		t.Errorf("Meta of a hash: %v; want an Invalid error", err)
+	}
+	for _, twice := range []bool{false, true} { // the batch path, and the one-at-a-time path
+		if _, err := st.ApplyMeta(ctx, "issue", sinktestutil.Meta(t, "other", "2024-05-01T00:00:00Z", 1, "a")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.ApplyMeta(ctx, "issue", m); err != nil {
+			t.Fatal(err)
+		}
+		if twice {
+			if _, err := st.ApplyMeta(ctx, "issue", m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := st.Flush(ctx)
+		if !sink.IsDropped(err) || !sink.IsInvalid(err) {
+			t.Fatalf("Flush with a meta at a hash (twice %v): %v; want a DroppedError", twice, err)
+		}
+		if err := st.Flush(ctx); err != nil {
+			t.Fatalf("Flush after the batch was dropped: %v", err)
+		}
+	}
+	if typ, err := c.Type(ctx, foreign).Result(); err != nil || typ != "hash" {
+		t.Errorf("the foreign key is now a %q (%v); want the hash left alone", typ, err)
+	}
+}

@@ -32,3 +32,22 @@ func Invalid(key, reason string) error { return &InvalidError{Key: key, Reason: 
 func Invalidf(key, format string, args ...any) error {
 	return &InvalidError{Key: key, Reason: fmt.Sprintf(format, args...)}
 }
+
+// DroppedError is a Flush that failed for good on a record it refuses
+// only when writing it (Err, an InvalidError), after dropping everything
+// queued: the caller applies the records applied since the last Flush
+// again one at a time, flushing each, to find the refused one (the
+// others are written again, the idempotent writes they are).
+type DroppedError struct{ Err error }
+
+// Error is Err's message.
+func (e *DroppedError) Error() string { return e.Err.Error() }
+
+// Unwrap is Err, so IsInvalid holds for a DroppedError.
+func (e *DroppedError) Unwrap() error { return e.Err }
+
+// IsDropped reports whether err (or anything it wraps) is a DroppedError.
+func IsDropped(err error) bool {
+	var de *DroppedError
+	return errors.As(err, &de)
+}
