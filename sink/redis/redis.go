@@ -594,7 +594,9 @@ func (s *Sink) flushOnce(ctx context.Context, writes []write) (lost []write, err
 // Close closes the connection pool.
 func (s *Sink) Close() error { return s.rdb.Close() }
 
-// Meta reads one resource's meta back; a missing one wraps fs.ErrNotExist.
+// Meta reads one resource's meta back; a missing one wraps fs.ErrNotExist,
+// a key that holds no meta (of another type, or undecodable) is an
+// InvalidError.
 func (s *Sink) Meta(ctx context.Context, model, resourceID string) (*events.ResourceMeta, error) {
 	if err := s.checkModel(model); err != nil {
 		return nil, fmt.Errorf("%s: %w", s.addr, errors.Join(err, fs.ErrNotExist))
@@ -608,7 +610,8 @@ func (s *Sink) Meta(ctx context.Context, model, resourceID string) (*events.Reso
 	}
 	m, err := DecodeMeta(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s: meta %q: %w", s.addr, s.Key(model, resourceID), err)
+		// Permanent: the key holds bytes no reader can take for a meta.
+		return nil, fmt.Errorf("%s: %w", s.addr, store.Invalidf(fmt.Sprintf("meta key %q", s.Key(model, resourceID)), "does not decode as a ResourceMeta: %v", err))
 	}
 	return m, nil
 }

@@ -71,6 +71,7 @@ func (s *Source) Follow(ctx context.Context, o FollowOptions, fn func(base.Recor
 		return err
 	}
 	defer d.Close()
+	d.log = o.Log
 	f := &follower{d: d, fn: fn, last: map[string][]byte{}, blobs: map[string]bool{}}
 	var notes <-chan string
 	if !o.NoNotifications {
@@ -156,6 +157,9 @@ func (f *follower) scan(ctx context.Context) error {
 func (f *follower) check(ctx context.Context, model, rid string) error {
 	k := model + "\x00" + rid
 	meta, err := f.d.Meta(ctx, model, rid)
+	if isBadKey(err) {
+		return nil // reported; what was yielded for it stands
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, yielded := f.last[k]; !yielded {
 			return nil

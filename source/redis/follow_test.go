@@ -1,9 +1,12 @@
 package redis_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -187,4 +190,114 @@ func TestFollowRestoresKeyspaceEvents(t *testing.T) {
 	if got := get(); got != changed {
 		t.Errorf("notify-keyspace-events changed meanwhile to %q, but Follow set it to %q at its end", changed, got)
 	}
+}
+
+// TestBadKeysSkipped: a key in the store's key space that holds no meta
+// (a hash another program wrote, bytes that do not decode) is skipped
+// and reported, once, by the snapshot and by Follow (issue 26, item 5:
+// writer snapshot exited 2 and a tail restarted forever); every other
+// meta is read, and a change made later is still followed.
+func TestBadKeysSkipped(t *testing.T) {
+	u := redisURL(t, "")
+	st := openRedis(t, u)
+	c := st.Client()
+	for _, rid := range []string{"a", "b"} {
+		if _, err := st.Put(ctx, "issue", meta(t, rid, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.HSet(ctx, st.Key("issue", "hash"), "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, st.Key("issue", "garbage"), "\xc1 not a meta", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	var got []string
+	for r, err := range (&redis.Source{Meta: u, Log: log}).Records(ctx) {
+		if err != nil {
+			t.Fatalf("snapshot: %v", err)
+		}
+		if m, ok := r.Record.(*events.MetaRecord); ok {
+			meta, err := m.Meta()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, meta.ResourceID)
+		}
+	}
+	if strings.Join(got, ",") != "a,b" {
+		t.Errorf("snapshot yielded metas %v; want a, b", got)
+	}
+	for _, k := range []string{"hash", "garbage"} {
+		if !strings.Contains(logs.String(), st.Key("issue", k)) {
+			t.Errorf("the bad key %q is not reported:\n%s", st.Key("issue", k), logs.String())
+		}
+	}
+	// Follow: the first scan yields a and b, rescans pass the bad keys
+	// over, and c, written later, is yielded.
+	var flogs syncBuffer
+	yielded := make(chan string, 16)
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		o := redis.FollowOptions{Rescan: 20 * time.Millisecond, NoNotifications: true, Log: slog.New(slog.NewTextHandler(&flogs, nil))}
+		done <- (&redis.Source{Meta: u}).Follow(fctx, o, func(r base.Record) error {
+			switch rec := r.Record.(type) {
+			case *events.MetaRecord:
+				m, err := rec.Meta()
+				if err != nil {
+					return err
+				}
+				yielded <- m.ResourceID
+			case *events.PurgeRecord:
+				yielded <- "purge " + rec.ResourceID
+			}
+			return nil
+		})
+	}()
+	want := []string{"a", "b", "c"}
+	for i, w := range want {
+		select {
+		case id := <-yielded:
+			if id != w {
+				t.Fatalf("Follow yielded %q, want %q", id, w)
+			}
+		case err := <-done:
+			t.Fatalf("Follow ended: %v", err)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Follow yielded %v of %v within 5 s", want[:i], want)
+		}
+		if w == "b" {
+			if _, err := st.Put(ctx, "issue", meta(t, "c", 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Follow: %v", err)
+	}
+	if n := strings.Count(flogs.String(), "key="+st.Key("issue", "hash")); n != 1 {
+		t.Errorf("the hash key reported %d times over the rescans; want once:\n%s", n, flogs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

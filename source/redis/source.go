@@ -15,9 +15,11 @@ import (
 	"io"
 	"io/fs"
 	"iter"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/sink"
@@ -46,6 +48,9 @@ type Source struct {
 	// Resources is the resource store: a disk tree (disk:/path or a path)
 	// or an s3:// URL; "" reads metas only.
 	Resources string
+	// Log gets the keys skipped because they hold no meta (nil:
+	// slog.Default(); Follow's FollowOptions.Log overrides it).
+	Log *slog.Logger
 }
 
 var _ base.Source = (*Source)(nil)
@@ -97,6 +102,45 @@ type Deployment struct {
 	blobs     blobOpener     // nil: blobs yielded as references
 	closers   []func()
 	name      string
+	log       *slog.Logger
+
+	mu       sync.Mutex
+	reported map[string]string // key -> why, of the bad keys reported
+}
+
+// badKeyError is a Redis key that holds no meta (a value of another type
+// than a string, or bytes that do not decode): the resource is skipped
+// and the key reported, never taken for a purge nor a reason to stop.
+type badKeyError struct {
+	key string
+	err error
+}
+
+func (e *badKeyError) Error() string { return e.err.Error() }
+func (e *badKeyError) Unwrap() error { return e.err }
+
+// isBadKey reports whether err is a badKeyError.
+func isBadKey(err error) bool {
+	var bk *badKeyError
+	return errors.As(err, &bk)
+}
+
+// reportBadKey logs a key that holds no meta, once per key and reason
+// (a tail meets it again at every rescan).
+func (d *Deployment) reportBadKey(key string, err error) {
+	d.mu.Lock()
+	why := err.Error()
+	seen := d.reported[key] == why
+	if !seen {
+		if d.reported == nil || len(d.reported) >= maxSeenBlobs {
+			d.reported = map[string]string{}
+		}
+		d.reported[key] = why
+	}
+	d.mu.Unlock()
+	if !seen {
+		d.log.Warn("skipped a Redis key that holds no meta", "source", d.name, "key", key, "why", why)
+	}
 }
 
 // Open opens the stores the Source names, read-only.
@@ -112,7 +156,10 @@ func (s *Source) Open(ctx context.Context) (*Deployment, error) {
 	if name == "" {
 		name = base.Redact(s.Meta)
 	}
-	d := &Deployment{name: name}
+	d := &Deployment{name: name, log: s.Log}
+	if d.log == nil {
+		d.log = slog.Default()
+	}
 	spec, err := redissink.ParseSpec(fastURL)
 	if err != nil {
 		return nil, fmt.Errorf("source %s: %w", name, err)
@@ -225,8 +272,15 @@ func (d *Deployment) Close() {
 // deletes the key, so a key found missing is already in the slow store.
 func (d *Deployment) Meta(ctx context.Context, model, resourceID string) (*events.ResourceMeta, error) {
 	fast, err := d.Fast.Meta(ctx, model, resourceID)
+	var bad error // the Redis key holds no meta: reported, the slow store still read
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
+		if !sink.IsInvalid(err) {
+			return nil, err
+		}
+		key := d.Fast.Key(model, resourceID)
+		d.reportBadKey(key, err)
+		bad = &badKeyError{key: key, err: err}
+		fast, err = nil, bad
 	}
 	if d.Slow == nil {
 		return fast, err
@@ -238,7 +292,7 @@ func (d *Deployment) Meta(ctx context.Context, model, resourceID string) (*event
 	case serr != nil:
 		return fast, err
 	case fast == nil:
-		return slow, nil
+		return slow, nil // also when the Redis key is a bad one
 	}
 	if Newer(slow, fast) {
 		return slow, nil
@@ -337,6 +391,9 @@ func (d *Deployment) readModel(ctx context.Context, model string, yield func(bas
 		meta, err := d.Meta(ctx, model, id)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // purged since the listing
+		}
+		if isBadKey(err) {
+			continue // reported
 		}
 		if err != nil {
 			return err
