@@ -64,6 +64,9 @@ func (s *Source) Follow(ctx context.Context, o FollowOptions, fn func(base.Recor
 		o.Rescan = DefaultRescan
 	}
 	if o.Log == nil {
+		o.Log = s.Log
+	}
+	if o.Log == nil {
 		o.Log = slog.Default()
 	}
 	d, err := s.Open(ctx)
