@@ -13,7 +13,8 @@ import (
 )
 
 // serveMetrics creates the engine's metrics on a registry of their own,
-// with the Go runtime's and the process's, and exposes them on addr as
+// with the Go runtime's, the process's, specstar_nats_connected and
+// specstar_build_info, and exposes them on addr as
 // /metrics, with /healthz and /readyz (every sink's consumer is running
 // and connected() is true: the stream's connection is up), until ctx
 // ends. An empty addr serves nothing.
@@ -28,6 +29,9 @@ func serveMetrics(ctx context.Context, addr string, connected func() bool, log *
 	}
 	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, fmt.Errorf("register process metrics: %w", err)
+	}
+	if err := httpops.Register(reg, connected); err != nil {
+		return nil, err
 	}
 	if err := httpops.Serve(ctx, addr, reg, func() bool { return m.Ready() && connected() }, log); err != nil {
 		return nil, err // the caller names --listen

@@ -104,6 +104,9 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	}
 	meter = progress.New("tail "+source.Redact(f.src.from), 0, log)
 	defer meter.Done()
+	if err := httpops.Register(m.reg, bus.Connected); err != nil {
+		return tailCmd.Errorf(stderr, exitError, "%v", err)
+	}
 	if err := httpops.Serve(ctx, *listen, m.reg, func() bool { return m.streaming.Load() && bus.Connected() }, log); err != nil {
 		return tailCmd.Errorf(stderr, exitError, "--listen %s: %v (give each process its own --listen ADDR, or --listen '' for none)", *listen, err)
 	}
@@ -169,6 +172,9 @@ func tailRedis(ctx context.Context, f *pgFlags, fs *flag.FlagSet, listen string,
 	pub := publish.NewPublisher(bus, f.inflight, blobs, log, m.hooks(&meter))
 	meter = progress.New("tail "+spec.Name, 0, log)
 	defer meter.Done()
+	if err := httpops.Register(m.reg, bus.Connected); err != nil {
+		return tailCmd.Errorf(stderr, exitError, "%v", err), true
+	}
 	if err := httpops.Serve(ctx, listen, m.reg, func() bool { return m.streaming.Load() && bus.Connected() }, log); err != nil {
 		return tailCmd.Errorf(stderr, exitError, "--listen %s: %v (give each process its own --listen ADDR, or --listen '' for none)", listen, err), true
 	}

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,4 +74,39 @@ func ServeWith(ctx context.Context, addr string, t Timeouts, reg *prometheus.Reg
 		}
 	}()
 	return nil
+}
+
+// Register adds the series every service exports besides its own to reg:
+// specstar_nats_connected (1 while connected() is true, else 0) and
+// specstar_build_info{version,goversion} (always 1).
+func Register(reg prometheus.Registerer, connected func() bool) error {
+	conn := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "specstar_nats_connected", Help: "1 while the connection to NATS (and its JetStream) is up, else 0.",
+	}, func() float64 {
+		if connected() {
+			return 1
+		}
+		return 0
+	})
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "specstar_build_info", Help: "Always 1; its labels name the build: the module version and the Go version.",
+		ConstLabels: prometheus.Labels{"version": Version(), "goversion": runtime.Version()},
+	})
+	info.Set(1)
+	for _, c := range []prometheus.Collector{conn, info} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register service metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// Version is the main module's version as the build recorded it
+// ("(devel)" for a build from a work tree, "unknown" without build info).
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok || bi.Main.Version == "" {
+		return "unknown"
+	}
+	return bi.Main.Version
 }

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,5 +86,44 @@ func TestSilentConnectionIsClosed(t *testing.T) {
 	defer c.Close()
 	if !closedWithin(c, 10*time.Second) {
 		t.Fatal("a connection that sent nothing was still open after 10 s (header timeout 300 ms)")
+	}
+}
+// TestConnectedAndBuildInfo (issue 23, item 4): a service exports
+// specstar_nats_connected, following the connection, and
+// specstar_build_info with its version and Go version.
+func TestConnectedAndBuildInfo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var up atomic.Bool
+	reg := prometheus.NewRegistry()
+	if err := Register(reg, up.Load); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeport.Addr(t)
+	if err := Serve(ctx, addr, reg, up.Load, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	scrape := func() string {
+		t.Helper()
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	body := scrape()
+	for _, want := range []string{"specstar_nats_connected 0\n", `specstar_build_info{goversion="go`, `version="`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+	up.Store(true)
+	if body := scrape(); !strings.Contains(body, "specstar_nats_connected 1\n") {
+		t.Errorf("connected, /metrics still says:\n%s", body)
 	}
 }
