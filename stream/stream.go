@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -97,7 +98,18 @@ type Config struct {
 	// waits until the context ends (a service that must never exit for
 	// it).
 	UnavailableTimeout time.Duration
+	// WaitForServer makes Open, for a service, wait for an external
+	// server it cannot reach (not yet started, a pod still scheduling):
+	// it retries with backoff up to MaxConnectBackoff apart, logging each
+	// attempt, until the server answers or ctx ends. A refused credential,
+	// a TLS failure or a malformed URL still fail at once. False (batch
+	// commands): the first failure is the error.
+	WaitForServer bool
 }
+
+// MaxConnectBackoff bounds the time between two attempts of a
+// WaitForServer Open to reach its server.
+const MaxConnectBackoff = 15 * time.Second
 
 // Settings are the names of the stream settings a Config can give, as
 // the commands' flags spell them.
@@ -184,7 +196,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 	} else if err := CheckURL(url); err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(url, append(extra,
+	nc, err := b.connect(ctx, url, append(extra,
 		nats.Name("specstar-replicator"),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500*time.Millisecond),
@@ -219,6 +231,38 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// connect dials url, waiting for the server while it cannot be reached
+// when the Config says to (WaitForServer).
+func (b *Bus) connect(ctx context.Context, url string, opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect(url, opts...)
+	if err == nil || !b.cfg.WaitForServer || !errors.Is(err, nats.ErrNoServers) {
+		return nc, err
+	}
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 250 * time.Millisecond
+	bo.MaxInterval = MaxConnectBackoff
+	bo.MaxElapsedTime = 0 // until ctx ends
+	for attempt := 1; ; attempt++ {
+		wait := bo.NextBackOff()
+		b.log.Warn("NATS not reachable; waiting for it", "url", RedactURL(url), "attempt", attempt, "err", redact.Error(err, url), "retry_in", wait.Round(time.Millisecond).String())
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (gave up waiting: %w)", err, ctx.Err())
+		case <-t.C:
+		}
+		nc, err = nats.Connect(url, opts...)
+		if err == nil {
+			b.log.Info("NATS reachable", "url", RedactURL(url), "attempts", attempt+1)
+			return nc, nil
+		}
+		if !errors.Is(err, nats.ErrNoServers) {
+			return nil, err
+		}
+	}
 }
 
 // Config returns the configuration in force, defaults filled in.
