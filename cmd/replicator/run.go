@@ -110,6 +110,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, log *s
 		return runCommand.Errorf(stderr, exitError, "--listen %s: %v", addr, err)
 	}
 	bf.cfg.UnavailableTimeout = unavailableTimeout(wc.UntilDrained, *unavailable)
+	bf.cfg.WaitForServer = !wc.UntilDrained // a service waits for NATS, not ready meanwhile
 	bus, err := bf.open(ctx, fs, log, false)
 	if err != nil {
 		return runCommand.Errorf(stderr, exitError, "%v", err)
