@@ -61,7 +61,9 @@ func TestRunWaitsForNATS(t *testing.T) {
 	listen := freeport.Addr(t)
 	var out, errs lockedBuffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"run", "--nats", url, "--to", t.TempDir(), "--listen", listen}, &out, &errs) }()
+	go func() {
+		done <- run(ctx, []string{"run", "--nats", url, "--to", t.TempDir(), "--listen", listen}, &out, &errs)
+	}()
 	for !strings.Contains(errs.String(), "NATS not reachable") || readyz(listen) != http.StatusServiceUnavailable {
 		select {
 		case code := <-done:

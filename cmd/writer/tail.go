@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/specstar/replicator/internal/cli"
@@ -74,6 +75,7 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	if len(pos) != 0 {
 		return tailCmd.Usagef(stderr, "unexpected arguments %q", pos)
 	}
+	f.cfg.WaitForServer = !*dropSlot // a service waits for NATS, not ready meanwhile
 	if code, done := tailFactory(ctx, &f, fs, o.Interval, stdout, stderr, log); done {
 		return code
 	}
@@ -90,11 +92,18 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	}
 	var meter *progress.Meter
 	m := newTailMetrics()
+	var opened atomic.Pointer[stream.Bus]
+	if !*dropSlot {
+		if err := serveTail(ctx, *listen, m, &opened, log); err != nil {
+			return tailCmd.Errorf(stderr, exitError, "%v", err)
+		}
+	}
 	p, bus, closeFn, err := openPG(ctx, &f, log, m.hooks(&meter))
 	if err != nil {
 		return tailCmd.Fail(stderr, tailCode(err), "", err)
 	}
 	defer closeFn()
+	opened.Store(bus)
 	if *dropSlot {
 		if err := p.DropSlot(ctx, *lo); err != nil {
 			return tailCmd.Fail(stderr, tailCode(err), "", err)
@@ -104,12 +113,6 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	}
 	meter = progress.New("tail "+source.Redact(f.src.from), 0, log)
 	defer meter.Done()
-	if err := httpops.Register(m.reg, bus.Connected); err != nil {
-		return tailCmd.Errorf(stderr, exitError, "%v", err)
-	}
-	if err := httpops.Serve(ctx, *listen, m.reg, func() bool { return m.streaming.Load() && bus.Connected() }, log); err != nil {
-		return tailCmd.Errorf(stderr, exitError, "--listen %s: %v (give each process its own --listen ADDR, or --listen '' for none)", *listen, err)
-	}
 	mode, err := p.Tail(ctx, o)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return tailCmd.Fail(stderr, tailCode(err), "", err)
@@ -162,27 +165,40 @@ func tailRedis(ctx context.Context, f *pgFlags, fs *flag.FlagSet, listen string,
 		defer closeBlobs()
 		blobs = b
 	}
+	var meter *progress.Meter
+	m := newTailMetrics()
+	var opened atomic.Pointer[stream.Bus]
+	if err := serveTail(ctx, listen, m, &opened, log); err != nil {
+		return tailCmd.Errorf(stderr, exitError, "%v", err), true
+	}
 	bus, err := stream.Open(ctx, givenIn(fs, f.cfg), log)
 	if err != nil {
 		return tailCmd.Errorf(stderr, exitError, "%v", err), true
 	}
 	defer bus.Close()
-	var meter *progress.Meter
-	m := newTailMetrics()
+	opened.Store(bus)
 	pub := publish.NewPublisher(bus, f.inflight, blobs, log, m.hooks(&meter))
 	meter = progress.New("tail "+spec.Name, 0, log)
 	defer meter.Done()
-	if err := httpops.Register(m.reg, bus.Connected); err != nil {
-		return tailCmd.Errorf(stderr, exitError, "%v", err), true
-	}
-	if err := httpops.Serve(ctx, listen, m.reg, func() bool { return m.streaming.Load() && bus.Connected() }, log); err != nil {
-		return tailCmd.Errorf(stderr, exitError, "--listen %s: %v (give each process its own --listen ADDR, or --listen '' for none)", listen, err), true
-	}
 	if err := pub.TailRedis(ctx, rs, o); err != nil && !errors.Is(err, context.Canceled) {
 		return tailCmd.Errorf(stderr, exitError, "%s: %v", spec.Name, err), true
 	}
 	fmt.Fprintf(stdout, "tail of %s (redis) stopped: %d events published\n", spec.Name, pub.Events())
 	return exitOK, true
+}
+
+// serveTail serves m on listen before the stream is opened, so that
+// /healthz answers while NATS is awaited and /readyz says not ready
+// until bus holds a connected stream and the tail is streaming.
+func serveTail(ctx context.Context, listen string, m *tailMetrics, bus *atomic.Pointer[stream.Bus], log *slog.Logger) error {
+	connected := func() bool { b := bus.Load(); return b != nil && b.Connected() }
+	if err := httpops.Register(m.reg, connected); err != nil {
+		return err
+	}
+	if err := httpops.Serve(ctx, listen, m.reg, func() bool { return m.streaming.Load() && connected() }, log); err != nil {
+		return fmt.Errorf("--listen %s: %w (give each process its own --listen ADDR, or --listen '' for none)", listen, err)
+	}
+	return nil
 }
 
 // given reports whether flag name was set on the command line.
