@@ -93,7 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return run(ctx, append(append([]string{}, args[1:]...), "--help"), stdout, stderr)
 	}
-	log := cli.Logger(stderr, cli.Verbose(args))
+	log := cli.LoggerFor(stderr, args)
 	redissink.RouteLogs(log)
 	switch cmd := args[0]; cmd {
 	case "help", "-h", "--help":

@@ -78,7 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if f := commands[args[0]]; f != nil {
-		log := cli.Logger(stderr, cli.Verbose(args))
+		log := cli.LoggerFor(stderr, args)
 		redissink.RouteLogs(log)
 		return f(ctx, args[1:], stdout, stderr, log)
 	}

@@ -57,7 +57,7 @@ var groups = map[string]Group{
 	"mirror-of": GroupStream, "mirror-domain": GroupStream, "mirror-api-prefix": GroupStream, "domain": GroupStream,
 	"config": GroupStream, "max-inflight": GroupStream, "nats-creds": GroupStream, "nats-nkey": GroupStream,
 	"tls-ca": GroupStream, "tls-cert": GroupStream, "tls-key": GroupStream,
-	"json": GroupOutput, "v": GroupOutput, "listen": GroupOutput,
+	"json": GroupOutput, "v": GroupOutput, "listen": GroupOutput, "log-format": GroupOutput,
 }
 
 // GroupOf is the group of a flag of the named command. The writer's
@@ -84,11 +84,55 @@ type Command struct {
 // DeprecatedMark is what the help of a deprecated spelling contains.
 const DeprecatedMark = "(deprecated: use "
 
-// FlagSet returns an empty flag set for the command, with -v.
+// FlagSet returns an empty flag set for the command, with -v and
+// --log-format (read before parsing, by Logger's caller: see LogFormat).
 func (c *Command) FlagSet(verbose *bool) *flag.FlagSet {
 	fs := flag.NewFlagSet(c.Name, flag.ContinueOnError)
 	fs.BoolVar(verbose, "v", false, "log INFO lines (progress, connections) on stderr")
+	fs.Func("log-format", "how stderr's log lines are written: text (key=value, the default) or json (one JSON object per line, the same fields)", func(v string) error {
+		_, err := parseLogFormat(v)
+		return err
+	})
 	return fs
+}
+
+// The log formats of --log-format.
+const (
+	LogText = "text" // slog's key=value lines, the default
+	LogJSON = "json" // one JSON object per line
+)
+
+func parseLogFormat(v string) (string, error) {
+	switch v {
+	case LogText, LogJSON:
+		return v, nil
+	}
+	return "", fmt.Errorf("%q is no log format (want text or json)", v)
+}
+
+// LogFormat is the --log-format args give (the last one), so that the
+// logger can be made before the command's flags are parsed: LogText
+// unless json is asked for; a bad value is left for the parser to report.
+func LogFormat(args []string) string {
+	format := LogText
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		name, v, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "log-format" {
+			continue
+		}
+		if !hasValue && i+1 < len(args) {
+			i++
+			v = args[i]
+		}
+		if f, err := parseLogFormat(v); err == nil {
+			format = f
+		}
+	}
+	return format
 }
 
 // ParseHook, when not nil, is called with every flag set Parse is given
@@ -288,11 +332,25 @@ func firstSentence(s string) string {
 // Logger is the commands' logger: text on stderr, WARN and above unless
 // verbose.
 func Logger(stderr io.Writer, verbose bool) *slog.Logger {
-	level := slog.LevelWarn
+	return NewLogger(stderr, verbose, LogText)
+}
+
+// LoggerFor is the logger a command line asks for: -v and --log-format.
+func LoggerFor(stderr io.Writer, args []string) *slog.Logger {
+	return NewLogger(stderr, Verbose(args), LogFormat(args))
+}
+
+// NewLogger writes on stderr in format (LogText or LogJSON: one object
+// per line), WARN and above unless verbose.
+func NewLogger(stderr io.Writer, verbose bool, format string) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: slog.LevelWarn}
 	if verbose {
-		level = slog.LevelInfo
+		opts.Level = slog.LevelInfo
 	}
-	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if format == LogJSON {
+		return slog.New(slog.NewJSONHandler(stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(stderr, opts))
 }
 
 // JSON writes v as one indented JSON object on w.

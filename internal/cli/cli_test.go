@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -60,5 +61,55 @@ func TestOneLine(t *testing.T) {
 	c := &Command{Name: "replicator verify"}
 	if code := c.Fail(&b, ExitError, "/a/b.acbak", errors.New("open /a/b.acbak: no such file or directory")); code != ExitError || b.String() != "replicator verify: open /a/b.acbak: no such file or directory\n" {
 		t.Errorf("Fail repeated the path or changed the code: %d %q", code, b.String())
+	}
+}
+
+// TestLogFormat (issue 23, item 3): --log-format json makes every log
+// line one JSON object with the fields a text line has; text is the
+// default; a bad value is a usage error.
+func TestLogFormat(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, LogText},
+		{[]string{"--to", "x"}, LogText},
+		{[]string{"--log-format", "json"}, LogJSON},
+		{[]string{"-log-format=json", "-v"}, LogJSON},
+		{[]string{"--log-format=json", "--log-format", "text"}, LogText},
+		{[]string{"--log-format=yaml"}, LogText},
+		{[]string{"--", "--log-format=json"}, LogText},
+	} {
+		if got := LogFormat(tc.args); got != tc.want {
+			t.Errorf("LogFormat(%q) = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+	var buf bytes.Buffer
+	log := NewLogger(&buf, true, LogJSON)
+	log.Info("connected", "url", "nats://h:4222", "attempt", 2)
+	log.Warn("retry", "err", "boom")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 lines, got %q", buf.String())
+	}
+	for _, l := range lines {
+		var obj map[string]any
+		if err := json.Unmarshal([]byte(l), &obj); err != nil {
+			t.Fatalf("line %q is no JSON object: %v", l, err)
+		}
+		for _, k := range []string{"time", "level", "msg"} {
+			if _, ok := obj[k]; !ok {
+				t.Errorf("line %q lacks %q", l, k)
+			}
+		}
+	}
+	c := &Command{Name: "replicator run", Usage: "replicator run"}
+	var verbose bool
+	var stdout, stderr bytes.Buffer
+	if _, code, _ := c.Parse(c.FlagSet(&verbose), []string{"--log-format", "yaml"}, &stdout, &stderr); code != ExitError || !strings.Contains(stderr.String(), "log format") {
+		t.Errorf("--log-format yaml: exit %d, stderr %q; want a usage error", code, stderr.String())
+	}
+	if _, code, ok := c.Parse(c.FlagSet(&verbose), []string{"--log-format", "json"}, &stdout, &stderr); code != ExitOK || !ok {
+		t.Errorf("--log-format json: exit %d ok %v", code, ok)
 	}
 }

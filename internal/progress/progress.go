@@ -37,11 +37,11 @@ func IsTerminal(f *os.File) bool {
 }
 
 // New starts a meter for a job named what with total expected bytes (0 if
-// unknown). It draws on stderr if stderr is a terminal and logs to log
-// otherwise.
+// unknown). It draws on stderr if stderr is a terminal (and log does not
+// write JSON) and logs to log otherwise.
 func New(what string, total int64, log *slog.Logger) *Meter {
 	m := &Meter{what: what, total: total, start: time.Now(), log: log, every: 10 * time.Second}
-	if IsTerminal(os.Stderr) {
+	if _, isJSON := log.Handler().(*slog.JSONHandler); IsTerminal(os.Stderr) && !isJSON { // JSON logs: every stderr line an object
 		m.term = os.Stderr
 		m.every = 200 * time.Millisecond
 	}
