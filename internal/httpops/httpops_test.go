@@ -88,6 +88,7 @@ func TestSilentConnectionIsClosed(t *testing.T) {
 		t.Fatal("a connection that sent nothing was still open after 10 s (header timeout 300 ms)")
 	}
 }
+
 // TestConnectedAndBuildInfo (issue 23, item 4): a service exports
 // specstar_nats_connected, following the connection, and
 // specstar_build_info with its version and Go version.
