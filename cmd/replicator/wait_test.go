@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,24 +13,6 @@ import (
 
 	"github.com/specstar/replicator/internal/freeport"
 )
-
-// lockedBuffer is a stderr the command writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // readyz is the status /readyz on addr answers (0: no answer).
 func readyz(addr string) int {
