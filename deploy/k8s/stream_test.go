@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/specstar/replicator/internal/freeport"
 )
@@ -33,8 +34,9 @@ func freePorts(t *testing.T, n int) []int {
 
 // startCluster starts a JetStream cluster of n in-process servers on
 // loopback, routed to each other as the manifests' servers are, and
-// returns a client URL once JetStream answers.
-func startCluster(t *testing.T, n int) string {
+// returns a client URL once JetStream answers. Clients must log in as the
+// nkey user whose seed file is seed, as the manifests' servers require.
+func startCluster(t *testing.T, n int, seed string) string {
 	t.Helper()
 	ports := freePorts(t, n)
 	var routes []string
@@ -53,6 +55,7 @@ func startCluster(t *testing.T, n int) string {
 			Routes:     server.RoutesFromStr(strings.Join(routes, ",")),
 			NoSigs:     true,
 			NoLog:      true,
+			Nkeys:      []*server.NkeyUser{{Nkey: nkeyPublic(t, seed)}},
 		}
 		srv, err := server.NewServer(opts)
 		if err != nil {
@@ -67,10 +70,7 @@ func startCluster(t *testing.T, n int) string {
 			url = srv.ClientURL()
 		}
 	}
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := connectNkey(t, url, seed)
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	deadline := time.Now().Add(60 * time.Second)
@@ -113,7 +113,11 @@ func TestStreamJobCreatesR3(t *testing.T) {
 		t.Fatalf("%s: --config %s is not mounted", job, cfgPath)
 	}
 
-	url := startCluster(t, int(n.w.replicas))
+	// The local cluster requires an nkey login, as the manifests' servers
+	// do, but speaks no TLS: the Job's --nats-nkey is pointed at a seed made
+	// here and its --tls-ca dropped (checkSecured holds the manifests to TLS).
+	seed := writeNkeySeed(t)
+	url := startCluster(t, int(n.w.replicas), seed)
 	urlLine := regexp.MustCompile(`(?m)^(\s+url:\s*)nats://\S+`)
 	if !urlLine.MatchString(raw) {
 		t.Fatalf("specstar.yaml has no nats url: line")
@@ -127,7 +131,14 @@ func TestStreamJobCreatesR3(t *testing.T) {
 		if strings.HasPrefix(a, "--config=") {
 			args[i] = "--config=" + local
 		}
+		if strings.HasPrefix(a, "--nats-nkey=") {
+			args[i] = "--nats-nkey=" + seed
+		}
 	}
+	if !slices.Contains(args, "--nats-nkey="+seed) {
+		t.Fatalf("%s: the Job logs in with no --nats-nkey: %q", job, c.Args)
+	}
+	args = slices.DeleteFunc(args, func(a string) bool { return strings.HasPrefix(a, "--tls-ca=") })
 	cmd := exec.Command(filepath.Join(bins, c.Command[0]), args...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir()}
 	out, err := cmd.CombinedOutput()
@@ -135,10 +146,7 @@ func TestStreamJobCreatesR3(t *testing.T) {
 		t.Fatalf("%s: replicator %q: %v\n%s", job, args, err, out)
 	}
 
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := connectNkey(t, url, seed)
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -155,4 +163,55 @@ func TestStreamJobCreatesR3(t *testing.T) {
 	if info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas)+1 != 3 {
 		t.Errorf("stream %s: %d replicas configured, cluster %+v; want 3, one per server", name, info.Config.Replicas, info.Cluster)
 	}
+}
+
+// writeNkeySeed makes a new nkey user and writes its seed, as the
+// README's nkeygen step does, to a 0600 file; it returns the file's path.
+func writeNkeySeed(t *testing.T) string {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := kp.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "nkey.seed")
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// nkeyPublic is the public key of the nkey seed in the file seed.
+func nkeyPublic(t *testing.T, seed string) string {
+	t.Helper()
+	raw, err := os.ReadFile(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := nkeys.FromSeed(raw)
+	if err != nil {
+		t.Fatalf("%s: %v", seed, err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
+}
+
+// connectNkey connects to url as the nkey user of the seed file seed.
+func connectNkey(t *testing.T, url, seed string) *nats.Conn {
+	t.Helper()
+	opt, err := nats.NkeyOptionFromSeed(seed)
+	if err != nil {
+		t.Fatalf("%s: %v", seed, err)
+	}
+	nc, err := nats.Connect(url, opt)
+	if err != nil {
+		t.Fatalf("connect %s as the nkey user: %v", url, err)
+	}
+	return nc
 }
