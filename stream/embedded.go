@@ -77,8 +77,8 @@ func embeddedToken(dataDir string, create bool) (string, error) {
 // and the token it requires, starting it (and returning it as e) if no
 // other process runs it.
 func startOrJoinEmbedded(dataDir string, maxPayload int32, domain string, log *slog.Logger) (e *embedded, url, token string, err error) {
-	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return nil, "", "", fmt.Errorf("embedded NATS data dir %s: %w", dataDir, err)
+	if err := privateDataDir(dataDir); err != nil {
+		return nil, "", "", err
 	}
 	e, err = tryHostEmbedded(dataDir, maxPayload, domain, 0)
 	if err != nil {
@@ -105,10 +105,11 @@ func startOrJoinEmbedded(dataDir string, maxPayload int32, domain string, log *s
 // port, and records its URL in the directory. It returns nil, nil when
 // another process holds the lock (and so runs the server).
 func tryHostEmbedded(dataDir string, maxPayload int32, domain string, port int) (*embedded, error) {
-	lf, err := os.OpenFile(filepath.Join(dataDir, lockFile), os.O_CREATE|os.O_RDWR, 0o644)
+	lf, err := os.OpenFile(filepath.Join(dataDir, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS lock: %w", err)
 	}
+	_ = lf.Chmod(0o600) // a lock file an earlier version left 0644
 	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		lf.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
@@ -117,6 +118,11 @@ func tryHostEmbedded(dataDir string, maxPayload int32, domain string, port int) 
 		return nil, fmt.Errorf("embedded NATS lock %s: %w", dataDir, err)
 	}
 	token, err := embeddedToken(dataDir, true)
+	if err != nil {
+		lf.Close()
+		return nil, err
+	}
+	tlsConfig, err := embeddedServerTLS(dataDir)
 	if err != nil {
 		lf.Close()
 		return nil, err
@@ -140,6 +146,12 @@ func tryHostEmbedded(dataDir string, maxPayload int32, domain string, port int) 
 		// setups (Config.Domain); empty is nats-server's default.
 		JetStreamDomain: domain,
 		Authorization:   token,
+		// Clients joining through the data directory insist on TLS with
+		// the directory's certificate (embeddedClientTLS); a client
+		// handed Bus.URL() as --nats may still connect in plain text.
+		TLSConfig:   tlsConfig,
+		TLSTimeout:  10, // seconds: a handshake on a loaded machine
+		AllowNonTLS: true,
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
@@ -152,12 +164,46 @@ func tryHostEmbedded(dataDir string, maxPayload int32, domain string, port int) 
 		lf.Close()
 		return nil, fmt.Errorf("embedded NATS server in %s did not start", dataDir)
 	}
-	url := srv.ClientURL()
+	// nats://, not the tls:// of srv.ClientURL(): a client joining
+	// through the directory insists on TLS itself (nats.Secure), and one
+	// handed Bus.URL() as --nats may speak plain text.
+	url := "nats://" + srv.Addr().String()
 	tmp := filepath.Join(dataDir, urlFile+".tmp")
-	if err := os.WriteFile(tmp, []byte(url), 0o644); err == nil {
+	if err := os.WriteFile(tmp, []byte(url), 0o600); err == nil {
 		_ = os.Rename(tmp, filepath.Join(dataDir, urlFile))
 	}
 	return &embedded{srv: srv, lock: lf, url: url, token: token}, nil
+}
+
+// privateDataDir makes dataDir (0700) if it does not exist and refuses one
+// that another user owns or can write to: whoever can write there can
+// take the lock (so every command of the owner fails) or replace the
+// server's certificate. One the owner alone can write but others can read
+// (an earlier version made it 0755) is made 0700.
+func privateDataDir(dataDir string) error {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("embedded NATS data dir %s: %w", dataDir, err)
+	}
+	st, err := os.Stat(dataDir)
+	if err != nil {
+		return fmt.Errorf("embedded NATS data dir %s: %w", dataDir, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("embedded NATS data dir %s: not a directory", dataDir)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Getuid() {
+		return fmt.Errorf("embedded NATS data dir %s: owned by uid %d, not by this user (uid %d); give --data-dir a directory of your own", dataDir, sys.Uid, os.Getuid())
+	}
+	perm := st.Mode().Perm()
+	if perm&0o022 != 0 {
+		return fmt.Errorf("embedded NATS data dir %s: other users can write to it (mode %04o); run chmod 700 on it or give --data-dir a directory of your own", dataDir, perm)
+	}
+	if perm&0o077 != 0 {
+		if err := os.Chmod(dataDir, 0o700); err != nil {
+			return fmt.Errorf("embedded NATS data dir %s: make it private: %w", dataDir, err)
+		}
+	}
+	return nil
 }
 
 // canBind reports whether a loopback listener can be opened on port now.

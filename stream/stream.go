@@ -189,10 +189,17 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 		if err != nil {
 			return nil, err
 		}
+		tlsConfig, err := embeddedClientTLS(cfg.DataDir)
+		if err != nil {
+			e.stop()
+			return nil, err
+		}
 		b.emb, url, b.token = e, u, token
 		b.dialer = &dirDialer{dataDir: cfg.DataDir, net: net.Dialer{Timeout: 2 * time.Second}}
 		b.lost = make(chan struct{}, 1)
-		extra = append(extra, nats.Token(token), nats.SetCustomDialer(b.dialer))
+		// The token goes only to a server that proves it holds the data
+		// directory's key: never to whoever listens on the port.
+		extra = append(extra, nats.Token(token), nats.Secure(tlsConfig), nats.SetCustomDialer(b.dialer))
 	} else if err := CheckURL(url); err != nil {
 		return nil, err
 	}
