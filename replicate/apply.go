@@ -180,6 +180,9 @@ func (w *Worker) commit(ctx context.Context, msgs []jetstream.Msg, start time.Ti
 			return last, err
 		}
 	}
+	if err := w.deadLetterRefused(ctx, msgs); err != nil {
+		return last, err
+	}
 	w.ack(ctx, msgs)
 	for _, msg := range msgs {
 		if md, err := msg.Metadata(); err == nil {

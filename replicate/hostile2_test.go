@@ -5,7 +5,12 @@ package replicate_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/replicate"
 	"github.com/specstar/replicator/sink"
@@ -211,4 +219,166 @@ func TestDeadLetterTheServerRefusesIsKeptWithoutPayload(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("%d dead letters, want 1", n)
 	}
+}
+
+// TestSharedUIDIsDeadLetteredByPostgres (issue 26, item 7): a revision
+// whose uid another resource already holds was dropped silently by the
+// Postgres sink (it decides at Flush, where nothing was dead-lettered):
+// 0 dead letters, and the user never learned of it. Now it is
+// dead-lettered naming both resources, and the first holder's revision
+// stays as it was; checked with the holder in an earlier batch and in
+// the same one.
+func TestSharedUIDIsDeadLetteredByPostgres(t *testing.T) {
+	for _, sameBatch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("same-batch=%v", sameBatch), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			bus, err := stream.Open(ctx, stream.Config{DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer bus.Close()
+			const uid = "eeeeeeee-0000-4000-8000-000000000001"
+			url := postgresSinkURL(t)
+			publishRevision(ctx, t, bus, "victim", uid, "2024-05-01T00:00:00Z")
+			if !sameBatch {
+				drainIntoURL(ctx, t, bus, url, "pg-uid")
+			}
+			publishRevision(ctx, t, bus, "evil", uid, "2024-06-01T00:00:00Z")
+			w := drainIntoURL(ctx, t, bus, url, "pg-uid")
+			if st := w.Stats(); st.DeadLettered != 1 {
+				t.Fatalf("stats %+v: the second holder of uid %s must be dead-lettered", st, uid)
+			}
+			// In one batch the two are applied in parallel (different
+			// resources), so either may be first; across batches the
+			// earlier holder keeps the uid.
+			var refused []string
+			for dl, err := range replicate.DeadLetters(ctx, bus, "pg-uid") {
+				if err != nil {
+					t.Fatal(err)
+				}
+				refused = append(refused, dl.ResourceID)
+				if !strings.Contains(dl.Reason, `"victim"`) || !strings.Contains(dl.Reason, `"evil"`) {
+					t.Errorf("dead letter of %q with reason %q: want it naming both resources", dl.ResourceID, dl.Reason)
+				}
+			}
+			if len(refused) != 1 || (!sameBatch && refused[0] != "evil") {
+				t.Fatalf("dead letters of %q, want one (evil's when victim came in an earlier batch)", refused)
+			}
+			holder := map[string]string{"evil": "victim", "victim": "evil"}[refused[0]]
+			snk, err := sink.Open(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer snk.Close()
+			rd := snk.(sink.Reader)
+			info, data, err := rd.Revision(ctx, "issue", holder, holder+":1", events.Null[string]())
+			if err != nil || info.ResourceID != holder || string(data) != `{"who":"`+holder+`"}` {
+				t.Fatalf("the holder's revision reads back as %+v %q %v", info, data, err)
+			}
+			if _, _, err := rd.Revision(ctx, "issue", refused[0], refused[0]+":1", events.Null[string]()); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("the refused revision reads back as %v, want fs.ErrNotExist", err)
+			}
+		})
+	}
+}
+
+// publishRevision publishes revision <rid>:1 of model issue with uid,
+// whose payload names rid.
+func publishRevision(ctx context.Context, t *testing.T, bus *stream.Bus, rid, uid, updated string) {
+	t.Helper()
+	data := []byte(`{"who":"` + rid + `"}`)
+	at, err := events.ParseTime(updated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &events.RawResource{
+		Info: events.RevisionInfo{
+			UID: uid, ResourceID: rid, RevisionID: rid + ":1",
+			ParentRevisionID: events.Null[string](), SchemaVersion: events.Null[string](),
+			DataHash: events.Some(dedup.DataHash(data)), Status: "stable",
+			CreatedTime: at, UpdatedTime: at, CreatedBy: "alice", UpdatedBy: "alice",
+		},
+		RawData: data,
+	}
+	enc, err := res.Encode(events.Msgpack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &events.RevisionRecord{Data: enc}
+	payload, err := rec.Encode(events.Msgpack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := events.EnvelopeFor(bus.Prefix(), "issue", rec, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := bus.NewPublisher(1)
+	if err := pub.Publish(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// postgresSinkURL is a Postgres sink (metas and revisions) of a fresh
+// table prefix on $PG_DSN, whose tables are dropped when the test ends.
+func postgresSinkURL(t *testing.T) string {
+	t.Helper()
+	dsn := os.Getenv("PG_DSN")
+	if dsn == "" {
+		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	prefix := "t_" + hex.EncodeToString(b[:]) + "_"
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", dsn, err)
+	}
+	t.Cleanup(func() {
+		defer conn.Close(context.Background())
+		rows, err := conn.Query(context.Background(), `SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, $1)`, prefix)
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		for _, name := range names {
+			if _, err := conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+				t.Errorf("cleanup: drop %s: %v", name, err)
+			}
+		}
+	})
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	return dsn + sep + "table_prefix=" + prefix + "&revisions=true"
+}
+
+// drainIntoURL is drainInto for any sink URL.
+func drainIntoURL(ctx context.Context, t *testing.T, bus *stream.Bus, url, name string) *replicate.Worker {
+	t.Helper()
+	snk, err := sink.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snk.Close()
+	cfg := replicate.DefaultConfig()
+	cfg.UntilDrained = true
+	w, err := replicate.NewWorker(bus, snk, replicate.Options{Config: cfg, Name: name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(ctx); err != nil {
+		t.Fatalf("worker did not drain the stream: %v", err)
+	}
+	return w
 }

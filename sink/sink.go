@@ -43,6 +43,17 @@ type Overlapper interface {
 	FlushSealed(ctx context.Context) error
 }
 
+// Refusal is a revision a Refuser refused while making its batch durable.
+type Refusal = store.Refusal
+
+// Refuser is a Sink that can refuse a record only when it flushes (it
+// reads the stored rows there, not at Apply) and still writes the rest:
+// TakeRefusals returns, once, what the Flush or FlushSealed calls since
+// the last call refused, for the caller to dead-letter.
+type Refuser interface {
+	TakeRefusals() []Refusal
+}
+
 // Reader is a Sink that can be read back, so verify and reconcile can
 // compare it with a source point-wise.
 type Reader interface {

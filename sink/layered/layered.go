@@ -142,6 +142,18 @@ func (l *Sink) Flush(ctx context.Context) error {
 	return nil
 }
 
+// TakeRefusals collects what the stores that refuse records at Flush
+// refused (sink.Refuser).
+func (l *Sink) TakeRefusals() []store.Refusal {
+	var out []store.Refusal
+	for _, a := range l.all {
+		if r, ok := a.(interface{ TakeRefusals() []store.Refusal }); ok {
+			out = append(out, r.TakeRefusals()...)
+		}
+	}
+	return out
+}
+
 // Close closes every distinct store.
 func (l *Sink) Close() error {
 	var errs []error

@@ -90,11 +90,15 @@ type Sink struct {
 
 	tableLocks store.KeyLocks // one schema check per meta table at a time
 	flushMu    sync.Mutex     // one Flush at a time
+	// roundRefused is what the last round decided not to write (a uid
+	// another resource holds); guarded by flushMu.
+	roundRefused []store.Refusal
 
 	mu        sync.Mutex
 	closed    bool
 	queue     []pgWrite                      // applied since the last Seal
 	sealed    []pgWrite                      // applied before it, not yet written
+	refused   []store.Refusal                // refused by flushes since TakeRefusals
 	tables    map[string]*pgMetaSQL          // meta tables checked (or created), by name
 	lostRev   bool                           // a Flush found a resource table missing
 	firstMeta map[pgMetaKey][]byte           // skip / raise_error: the first meta queued per resource
@@ -752,6 +756,7 @@ func (p *Sink) flush(ctx context.Context, all bool) error {
 		return err
 	}
 	p.mu.Lock()
+	p.refused = append(p.refused, p.roundRefused...)
 	for _, w := range pending {
 		if w.meta != nil {
 			delete(p.firstMeta, w.meta.key) // now stored, where the check reads it
@@ -769,6 +774,16 @@ func (p *Sink) flush(ctx context.Context, all bool) error {
 // which a Flush running beside it moves from one to the other.
 func (p *Sink) OverlapsFlush() bool {
 	return p.opts.OnDuplicate != store.DupSkip && p.opts.OnDuplicate != store.DupRaise
+}
+
+// TakeRefusals returns the revisions the flushes since the last call
+// refused (sink.Refuser), each a uid another resource holds, once.
+func (p *Sink) TakeRefusals() []store.Refusal {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.refused
+	p.refused = nil
+	return out
 }
 
 // Seal ends a batch: what was applied until now is what FlushSealed
@@ -955,6 +970,7 @@ func (p *Sink) round(ctx context.Context, tx *pgx.Tx, pending []pgWrite, read bo
 	}
 
 	// Decide, in queue order, as the Disk sink would apply the records.
+	p.roundRefused = p.roundRefused[:0]
 	for _, st := range metas {
 		st.cur = st.orig
 		if st.orig != nil {
@@ -981,7 +997,9 @@ func (p *Sink) round(ctx context.Context, tx *pgx.Tx, pending []pgWrite, read bo
 		case w.purge != nil:
 			p.decidePurge(metas[w.purge.key], slots, datas, w.purge)
 		default:
-			pgDecideRevision(slots, datas, w.rev)
+			if r := pgDecideRevision(slots, datas, w.rev); r != nil {
+				p.roundRefused = append(p.roundRefused, *r)
+			}
 		}
 	}
 
@@ -1314,21 +1332,22 @@ func pgCmpInt64(a, b int64) int {
 
 // pgDecideRevision applies one queued revision to the round's state, as
 // Disk.ApplyRevision does on disk.
-func pgDecideRevision(slots map[pgSlotKey]*pgSlotState, datas map[string]*pgDataState, w *pgRevWrite) {
+// It returns the refusal of a revision whose uid another resource holds.
+func pgDecideRevision(slots map[pgSlotKey]*pgSlotState, datas map[string]*pgDataState, w *pgRevWrite) *store.Refusal {
 	uid := w.info.UID
 	slot := slots[w.slot]
 	if slot.cur != "" && slot.cur != uid {
 		if other := datas[slot.cur]; other != nil && other.decoded != nil &&
 			!store.Supersedes(&w.info, w.infoBytes, other.decoded, other.info) {
-			return // the slot names a newer revision
+			return nil // the slot names a newer revision
 		}
 	}
 	st := datas[uid]
-	if st.decoded != nil && st.decoded.ResourceID != w.info.ResourceID {
-		// The uid is another resource's (store.CheckUIDHolder): the first
-		// holder keeps it and its slot, this revision is not written. (It
-		// is decided here, at Flush, where nothing can be dead-lettered.)
-		return
+	if err := store.CheckUIDHolder(&w.info, st.decoded); err != nil {
+		// The uid is another resource's: the first holder keeps it and
+		// its slot, this revision is not written, and it is handed back
+		// (Sink.TakeRefusals) to be dead-lettered with both ids.
+		return &store.Refusal{ResourceID: w.info.ResourceID, RevisionID: w.info.RevisionID, UID: uid, Err: err}
 	}
 	switch {
 	case st.info == nil:
@@ -1339,6 +1358,7 @@ func pgDecideRevision(slots map[pgSlotKey]*pgSlotState, datas map[string]*pgData
 		st.data, st.info, st.decoded = w.data, w.infoBytes, &w.info
 	}
 	slot.cur = uid
+	return nil
 }
 
 // pgQuery runs a query and calls fn for each row.

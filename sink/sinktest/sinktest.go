@@ -253,6 +253,24 @@ func (s *suite) uidConflict(t *testing.T) {
 				t.Fatalf("a revision of uid %s held by another resource was accepted", uid)
 			}
 			flush(t, snk)
+			if err == nil {
+				// Accepted at Apply: the Flush must hand it back to be
+				// dead-lettered, not drop it silently.
+				r, ok := snk.(sink.Refuser)
+				if !ok {
+					t.Fatalf("%T accepted a revision of uid %s held by another resource at Apply and cannot report refusing it at Flush (sink.Refuser)", snk, uid)
+				}
+				got := r.TakeRefusals()
+				if len(got) != 1 || got[0].ResourceID != "evil" || got[0].RevisionID != "evil:1" || got[0].UID != uid {
+					t.Fatalf("refusals after the flush: %+v, want the evil revision alone", got)
+				}
+				if msg := got[0].Err.Error(); !sink.IsInvalid(got[0].Err) || !strings.Contains(msg, `"victim"`) || !strings.Contains(msg, `"evil"`) {
+					t.Errorf("the refusal %q must be Invalid and name both resource ids", msg)
+				}
+				if again := r.TakeRefusals(); len(again) != 0 {
+					t.Errorf("refusals handed out twice: %+v", again)
+				}
+			}
 			rd := reader(t, snk)
 			info, data, err := rd.Revision(ctx, "issue", "victim", "victim:1", events.Null[string]())
 			if err != nil {

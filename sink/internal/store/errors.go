@@ -51,3 +51,12 @@ func IsDropped(err error) bool {
 	var de *DroppedError
 	return errors.As(err, &de)
 }
+
+// Refusal is a revision a sink refused only while making its batch
+// durable, having written the rest of the batch (a uid another resource
+// already holds, found where the stored rows are read): the caller
+// dead-letters the event it came from rather than losing it silently.
+type Refusal struct {
+	ResourceID, RevisionID, UID string
+	Err                         error // an *InvalidError saying why
+}
