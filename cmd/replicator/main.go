@@ -93,6 +93,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return run(ctx, append(append([]string{}, args[1:]...), "--help"), stdout, stderr)
 	}
+	stderr, done := cli.StderrFor(stderr, args)
+	defer done()
 	log := cli.LoggerFor(stderr, args)
 	redissink.RouteLogs(log)
 	switch cmd := args[0]; cmd {

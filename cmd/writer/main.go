@@ -78,6 +78,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if f := commands[args[0]]; f != nil {
+		stderr, done := cli.StderrFor(stderr, args)
+		defer done()
 		log := cli.LoggerFor(stderr, args)
 		redissink.RouteLogs(log)
 		return f(ctx, args[1:], stdout, stderr, log)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 )
@@ -111,5 +112,56 @@ func TestLogFormat(t *testing.T) {
 	}
 	if _, code, ok := c.Parse(c.FlagSet(&verbose), []string{"--log-format", "json"}, &stdout, &stderr); code != ExitOK || !ok {
 		t.Errorf("--log-format json: exit %d ok %v", code, ok)
+	}
+}
+
+// TestStderrForJSON (issue 23, item 3): with --log-format json the final
+// error line (and a usage message) was plain text among JSON log lines.
+// Every line is one JSON object now; the logger's lines pass unchanged.
+func TestStderrForJSON(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		writes []string
+		want   []string // each line's msg; "" for a line passed unchanged
+	}{
+		{"final error", []string{"replicator run: sink /x: permission denied\n"}, []string{"replicator run: sink /x: permission denied"}},
+		{"logger line passes", []string{`{"time":"t","level":"WARN","msg":"m"}` + "\n"}, []string{""}},
+		{"split writes, blank lines", []string{"usage: rep", "licator run\n\n  -x\tflag\n"}, []string{"usage: replicator run", "  -x\tflag"}},
+		{"no newline at the end", []string{"last words"}, []string{"last words"}},
+		{"a line that only looks like JSON", []string{"{not json\n"}, []string{"{not json"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			w, done := StderrFor(&out, []string{"run", "--log-format=json"})
+			for _, s := range tc.writes {
+				if _, err := io.WriteString(w, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			done()
+			lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+			if len(lines) != len(tc.want) {
+				t.Fatalf("%d lines %q, want %d", len(lines), lines, len(tc.want))
+			}
+			for i, l := range lines {
+				var obj map[string]string
+				if err := json.Unmarshal([]byte(l), &obj); err != nil {
+					t.Fatalf("line %q is no JSON object: %v", l, err)
+				}
+				if tc.want[i] == "" {
+					if l != strings.TrimSuffix(tc.writes[0], "\n") {
+						t.Errorf("the logger's line changed: %q", l)
+					}
+					continue
+				}
+				if obj["msg"] != tc.want[i] || obj["level"] != "ERROR" || obj["time"] == "" {
+					t.Errorf("line %q: want msg %q, level ERROR and a time", l, tc.want[i])
+				}
+			}
+		})
+	}
+	var out bytes.Buffer
+	if w, _ := StderrFor(&out, []string{"run"}); w != io.Writer(&out) {
+		t.Error("without --log-format json stderr must be passed as it is")
 	}
 }
