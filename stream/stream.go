@@ -197,9 +197,14 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 		b.emb, url, b.token = e, u, token
 		b.dialer = &dirDialer{dataDir: cfg.DataDir, net: net.Dialer{Timeout: 2 * time.Second}}
 		b.lost = make(chan struct{}, 1)
-		// The token goes only to a server that proves it holds the data
-		// directory's key: never to whoever listens on the port.
-		extra = append(extra, nats.Token(token), nats.Secure(tlsConfig), nats.SetCustomDialer(b.dialer))
+		extra = append(extra, nats.Token(token), nats.SetCustomDialer(b.dialer))
+		if e == nil {
+			// A client: the token goes only to a server that proves it
+			// holds the data directory's key, never to whoever listens
+			// on the port. The host dials the server it runs itself, at
+			// the URL it wrote, so it spares itself the encryption.
+			extra = append(extra, nats.Secure(tlsConfig))
+		}
 	} else if err := CheckURL(url); err != nil {
 		return nil, err
 	}
