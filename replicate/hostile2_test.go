@@ -5,8 +5,6 @@ package replicate_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/replicate"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/stream"
@@ -70,21 +69,7 @@ func publishRaw(ctx context.Context, t *testing.T, bus *stream.Bus, model, rid s
 // drained, failing the test if it does not end within the context's time.
 func drainInto(ctx context.Context, t *testing.T, bus *stream.Bus, dir, name string) *replicate.Worker {
 	t.Helper()
-	snk, err := sink.Open(ctx, "disk:"+dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snk.Close()
-	cfg := replicate.DefaultConfig()
-	cfg.UntilDrained = true
-	w, err := replicate.NewWorker(bus, snk, replicate.Options{Config: cfg, Name: name, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Run(ctx); err != nil {
-		t.Fatalf("worker did not drain the stream: %v", err)
-	}
-	return w
+	return drainIntoURL(ctx, t, bus, "disk:"+dir, name)
 }
 
 // TestHostileIDIsDeadLetteredWithinLimits (issue 26, item 2): a meta whose
@@ -324,46 +309,24 @@ func publishRevision(ctx context.Context, t *testing.T, bus *stream.Bus, rid, ui
 }
 
 // postgresSinkURL is a Postgres sink (metas and revisions) of a fresh
-// table prefix on $PG_DSN, whose tables are dropped when the test ends.
+// table prefix on the shared test server, dropped when the test ends.
 func postgresSinkURL(t *testing.T) string {
 	t.Helper()
-	dsn := os.Getenv("PG_DSN")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	prefix := "t_" + hex.EncodeToString(b[:]) + "_"
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
+	dsn := pgtest.SharedDSN()
+	if conn, err := pgx.Connect(context.Background(), dsn); err != nil {
 		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", dsn, err)
+	} else {
+		conn.Close(context.Background())
 	}
-	t.Cleanup(func() {
-		defer conn.Close(context.Background())
-		rows, err := conn.Query(context.Background(), `SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, $1)`, prefix)
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-			return
-		}
-		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-			return
-		}
-		for _, name := range names {
-			if _, err := conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-				t.Errorf("cleanup: drop %s: %v", name, err)
-			}
-		}
-	})
 	sep := "?"
 	if strings.Contains(dsn, "?") {
 		sep = "&"
 	}
-	return dsn + sep + "table_prefix=" + prefix + "&revisions=true"
+	return dsn + sep + "table_prefix=" + pgtest.Prefix(t) + "&revisions=true"
 }
 
-// drainIntoURL is drainInto for any sink URL.
+// drainIntoURL runs a worker over the stream into the sink at url until
+// drained, failing the test if it does not end within the context's time.
 func drainIntoURL(ctx context.Context, t *testing.T, bus *stream.Bus, url, name string) *replicate.Worker {
 	t.Helper()
 	snk, err := sink.Open(ctx, url)

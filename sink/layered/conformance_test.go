@@ -2,8 +2,6 @@ package layered_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,8 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/internal/s3test"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/sink/disk"
@@ -139,43 +136,8 @@ func treeOutside(t *testing.T, dir string) string {
 	return strings.Join(names, " ")
 }
 
-func pgDSN() string {
-	if dsn := os.Getenv("PG_DSN"); dsn != "" {
-		return dsn
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
+func pgDSN() string { return pgtest.SharedDSN() }
 
 // pgPrefix returns a fresh table prefix whose tables are dropped when the
 // test ends.
-func pgPrefix(t *testing.T) string {
-	t.Helper()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	prefix := "t_" + hex.EncodeToString(b[:]) + "_"
-	t.Cleanup(func() {
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, pgDSN())
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-			return
-		}
-		defer conn.Close(ctx)
-		rows, err := conn.Query(ctx, `SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, $1)`, prefix)
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-			return
-		}
-		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-			return
-		}
-		for _, name := range names {
-			if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-				t.Errorf("cleanup: drop %s: %v", name, err)
-			}
-		}
-	})
-	return prefix
-}
+func pgPrefix(t *testing.T) string { return pgtest.Prefix(t) }
