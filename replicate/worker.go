@@ -93,6 +93,13 @@ type Worker struct {
 	// once the source is all published; until then Run applies what
 	// arrives.
 	drainTo chan uint64
+
+	// stopAt, set by Restore, is the last stream sequence a point-in-time
+	// restore applies: events after it are fetched but never applied, and
+	// Run returns once everything up to it is. passed says an event after
+	// it was fetched, so every event up to it has been delivered.
+	stopAt uint64
+	passed atomic.Bool
 }
 
 // NewWorker prepares a worker that feeds snk from bus; Run starts it. The
@@ -174,6 +181,12 @@ func (w *Worker) consumer(ctx context.Context) (jetstream.Consumer, error) {
 		MaxAckPending: w.opts.MaxAckPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
+	if w.stopAt > 0 {
+		// A restore's consumer is its own, deleted when it ends; one left
+		// by a killed restore is removed by the server once idle.
+		cfg.Description = "SpecStar point-in-time restore"
+		cfg.InactiveThreshold = restoreInactive
+	}
 	if f := w.filters(); len(f) == 1 {
 		cfg.FilterSubject = f[0]
 	} else {
@@ -205,18 +218,26 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 	if err != nil {
 		return err
 	}
-	if err := w.checkGap(ctx, cons); err != nil {
-		return err
+	if w.stopAt == 0 { // a restore checked what retention removed itself
+		if err := w.checkGap(ctx, cons); err != nil {
+			return err
+		}
 	}
 	var target uint64
 	var meter *progress.Meter
 	known := w.drainTo == nil // the drain target is known
 	if w.opts.UntilDrained && known {
-		if target, err = w.drainTarget(ctx); err != nil {
-			return err
+		if target = w.stopAt; target == 0 {
+			if target, err = w.drainTarget(ctx); err != nil {
+				return err
+			}
 		}
 		if ci, err := w.consumerInfo(ctx, cons); err == nil {
-			meter = progress.NewCount("sink "+w.opts.Display, int64(ci.NumPending)+int64(ci.NumAckPending), w.log)
+			total := int64(ci.NumPending) + int64(ci.NumAckPending)
+			if w.stopAt > 0 {
+				total = min(total, int64(w.stopAt))
+			}
+			meter = progress.NewCount("sink "+w.opts.Display, total, w.log)
 			defer func() { meter.Stop(runErr) }()
 		}
 	}
@@ -270,6 +291,9 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 			// once.
 			if err := w.waitFlush(); err != nil {
 				return err
+			}
+			if w.passed.Load() {
+				return nil // a restore: everything up to its sequence is applied
 			}
 			if !known {
 				select {
@@ -550,16 +574,32 @@ func (w *Worker) fetch(ctx context.Context, cons jetstream.Consumer, size int) (
 		return nil, err
 	}
 	if len(msgs) == 0 || size <= 1 {
-		return msgs, nil
+		return w.upToStop(msgs), nil
 	}
 	rest, err := cons.FetchNoWait(size - len(msgs))
 	if err != nil {
-		return msgs, nil // the first is enough to go on with
+		return w.upToStop(msgs), nil // the first is enough to go on with
 	}
 	for m := range rest.Messages() {
 		msgs = append(msgs, m)
 	}
-	return msgs, nil
+	return w.upToStop(msgs), nil
+}
+
+// upToStop drops, for a restore, the events after its last sequence
+// (they are left unacknowledged on a consumer deleted afterwards), and
+// notes that one came.
+func (w *Worker) upToStop(msgs []jetstream.Msg) []jetstream.Msg {
+	if w.stopAt == 0 {
+		return msgs
+	}
+	return slices.DeleteFunc(msgs, func(m jetstream.Msg) bool {
+		if seqOf(m) > w.stopAt {
+			w.passed.Store(true)
+			return true
+		}
+		return false
+	})
 }
 
 // drained reports whether the consumer has acknowledged everything up to

@@ -432,6 +432,14 @@ func (b *Bus) ensureStreams(ctx context.Context) error {
 	if b.cfg.ReadOnly {
 		return nil // the dead-letter stream may be missing: then it holds none
 	}
+	return b.EnsureDLQ(ctx)
+}
+
+// EnsureDLQ creates the dead-letter stream if it is missing, so that a
+// bus opened ReadOnly (which creates nothing, not even the event stream
+// it needs to exist) can still run a worker that may dead-letter events:
+// a point-in-time restore.
+func (b *Bus) EnsureDLQ(ctx context.Context) error {
 	if _, err := b.stream(ctx, b.DLQStream()); errors.Is(err, jetstream.ErrStreamNotFound) {
 		dcfg := jetstream.StreamConfig{
 			Name:        b.DLQStream(),
