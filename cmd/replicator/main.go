@@ -3,6 +3,7 @@
 // what is written is --to; see the README's command-line vocabulary.
 //
 //	replicator run --to URL|NAME [--to ...] [--meta URL --resources URL --blobs URL] [--until-drained]
+//	replicator restore --at TIME|--at-seq N --to URL|NAME [--force] [--accept-gap]
 //	replicator mirror --from ARCHIVE --to DIR|URL|NAME
 //	replicator verify --from ARCHIVE|DIR|URL|NAME --to URL|NAME
 //	replicator reconcile --from ARCHIVE|DIR|URL|NAME --to URL|NAME [--dry-run] [--prune]
@@ -36,6 +37,7 @@ const usage = `usage: replicator <command> [flags]
 
 commands:
   run        materialize the event stream into sinks (--to), as a service or --until-drained
+  restore    apply the stream up to a time (--at) or sequence (--at-seq) to an empty sink (--to): point-in-time restore
   mirror     replay an archive (--from) into a sink (--to) on an embedded server, in one command
   verify     compare a sink (--to) with its source (--from); exit 1 if they differ
   reconcile  publish what a sink (--to) lacks from its source (--from); --dry-run exits 1 on differences
@@ -77,7 +79,7 @@ func groupHelp(group string) string {
 
 // commands are the replicator's commands by name ("dlq list" included).
 var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int{
-	"run": cmdRun, "mirror": cmdMirror, "verify": cmdVerify, "reconcile": cmdReconcile, "status": cmdStatus,
+	"run": cmdRun, "restore": cmdRestore, "mirror": cmdMirror, "verify": cmdVerify, "reconcile": cmdReconcile, "status": cmdStatus,
 	"dlq list": cmdDLQList, "dlq replay": cmdDLQReplay, "stream info": cmdStreamInfo, "stream apply": cmdStreamApply,
 }
 

@@ -11,12 +11,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/specstar/replicator/internal/cli"
+	"github.com/specstar/replicator/replicate"
 )
 
 var streamInfoCmd = &cli.Command{
 	Name:     "replicator stream info",
 	Usage:    "replicator stream info [--json] [flags]",
-	Summary:  "The event stream's settings and state.",
+	Summary:  "The event stream's settings and state, and the earliest time replicator restore can restore (the first event's, saying whether retention or a purge of the stream dropped events before it).",
 	Examples: []string{"replicator stream info", "replicator stream info --nats nats://nats:4222 --json"},
 }
 
@@ -82,7 +83,11 @@ func cmdStream(ctx context.Context, c *cli.Command, sub string, args []string, s
 		return c.Fail(stderr, exitError, "", err)
 	}
 	if *asJSON {
-		cli.JSON(stdout, info)
+		// JetStream's own object, with what a restore can reach beside it.
+		cli.JSON(stdout, struct {
+			*jetstream.StreamInfo
+			Restore *replicate.Restorable `json:"restore"`
+		}{info, replicate.RestorableOf(info)})
 		return exitOK
 	}
 	printStream(stdout, info)
@@ -110,4 +115,5 @@ func printStream(w io.Writer, info *jetstream.StreamInfo) {
 	fmt.Fprintf(w, "  duplicate-window  %s\n", c.Duplicates)
 	fmt.Fprintf(w, "  replicas          %d\n", c.Replicas)
 	fmt.Fprintf(w, "  messages          %d (%d bytes), sequences %d..%d\n", info.State.Msgs, info.State.Bytes, info.State.FirstSeq, info.State.LastSeq)
+	fmt.Fprintf(w, "  restorable from   %s\n", replicate.RestorableOf(info).Summary())
 }

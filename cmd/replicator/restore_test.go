@@ -1,0 +1,306 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/specstar/replicator/dedup"
+	"github.com/specstar/replicator/internal/streamhistory"
+	"github.com/specstar/replicator/sink"
+	"github.com/specstar/replicator/stream"
+)
+
+// pitrHistory publishes four phases onto bus: (1) creates, one with an
+// inline blob and one with a blob through the object store; (2) updates,
+// soft deletes and more creates; (3) a purge of a soft-deleted resource,
+// an update and a soft delete; (4) writes after the last restore point.
+func pitrHistory(t *testing.T, bus *stream.Bus) *streamhistory.History {
+	t.Helper()
+	h := streamhistory.New(t, bus)
+	small := h.Blob("issue", []byte("a small attachment"))
+	large := h.Blob("issue", bytes.Repeat([]byte("large attachment "), 80_000)) // 1.3 MB: over one message
+	for i := range 8 {
+		var file any
+		switch i {
+		case 0:
+			file = small
+		case 1:
+			file = large
+		}
+		h.Write("issue", fmt.Sprintf("issue:%d", i), file)
+	}
+	h.Write("user", "user:0", nil)
+	h.EndPhase()
+	for i := range 4 {
+		h.Write("issue", fmt.Sprintf("issue:%d", i), nil)
+	}
+	h.SoftDelete("issue", "issue:5")
+	h.SoftDelete("issue", "issue:6")
+	h.Write("issue", "issue:8", nil)
+	h.Write("user", "user:0", nil)
+	h.EndPhase()
+	h.Purge("issue", "issue:5")
+	h.Write("issue", "issue:1", nil)
+	h.SoftDelete("issue", "issue:8")
+	h.EndPhase()
+	h.Write("issue", "issue:9", nil)
+	h.Write("issue", "issue:2", nil)
+	h.Purge("issue", "issue:6")
+	h.EndPhase()
+	return h
+}
+
+// sameStores runs verify both ways: each store holds exactly what the
+// other does (metas, revisions and blobs).
+func sameStores(t *testing.T, a, b string) bool {
+	t.Helper()
+	c1, o1, _ := runCmd(t, "verify", "--from", a, "--to", b)
+	c2, o2, _ := runCmd(t, "verify", "--from", b, "--to", a)
+	if c1 != exitOK || c2 != exitOK {
+		t.Logf("verify --from %s --to %s: exit %d\n%s", a, b, c1, o1)
+		t.Logf("verify --from %s --to %s: exit %d\n%s", b, a, c2, o2)
+		return false
+	}
+	return true
+}
+
+// metaOf reads a resource's meta from a disk tree (nil when absent).
+func metaOf(t *testing.T, dir, model, rid string) (current string, deleted, present bool) {
+	t.Helper()
+	spec, err := sink.Parse(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snk, err := spec.OpenReader(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snk.Close()
+	m, err := snk.(sink.Reader).Meta(context.Background(), model, rid)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.CurrentRevisionID, m.IsDeleted, true
+}
+
+// TestRestoreAsOfThreeTimes (issue 24): a history of creates (with an
+// inline blob and one through the object store), updates, soft deletes
+// and purges, restored as of three points (an RFC 3339 time that is a
+// phase's last event exactly, a sequence, a time between two events),
+// each equal to the reference sink built from the same records up to
+// that point, and different from the others; the restore says where it
+// stopped, refuses a sink that is not empty unless --force, and leaves no
+// consumer behind (the sinks' durable ones are untouched).
+func TestRestoreAsOfThreeTimes(t *testing.T) {
+	bus := testBus(t)
+	h := pitrHistory(t, bus)
+	nats := []string{"--nats", bus.URL()}
+	live := t.TempDir()
+	drain(t, bus, live) // a sink run serves, with its durable consumer
+	consumers := func() []string {
+		var names []string
+		for n := range bus.Stream.ListConsumers(t.Context()).Info() {
+			names = append(names, n.Name)
+		}
+		return names
+	}
+	before := consumers()
+
+	// The third point lies between phase 3's last event and phase 4's first.
+	next, err := bus.Stream.GetMsg(t.Context(), h.Phases[2].LastSeq+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	between := h.Phases[2].LastTime.Add(next.Time.Sub(h.Phases[2].LastTime) / 2)
+	points := []struct {
+		name  string
+		args  []string
+		phase int // the reference is the state after this many phases
+	}{
+		{"at the last event of phase 1", []string{"--at", h.Phases[0].LastTime.Format(time.RFC3339Nano)}, 1},
+		{"at the sequence ending phase 2", []string{"--at-seq", strconv.FormatUint(h.Phases[1].LastSeq, 10)}, 2},
+		{"between phases 3 and 4", []string{"--at", between.Format(time.RFC3339Nano)}, 3},
+	}
+	restored := make([]string, len(points))
+	for i, p := range points {
+		dir := filepath.Join(t.TempDir(), "restored") // kept for the checks after the subtests
+		t.Run(p.name, func(t *testing.T) {
+			code, out, errs := runCmd(t, append(append([]string{"restore", "--to", dir, "--json"}, p.args...), nats...)...)
+			if code != exitOK {
+				t.Fatalf("restore %v: exit %d\n%s%s", p.args, code, out, errs)
+			}
+			var sum restoreSummary
+			if err := json.Unmarshal([]byte(out), &sum); err != nil {
+				t.Fatalf("restore --json: %v\n%s", err, out)
+			}
+			want := h.Phases[p.phase-1]
+			if sum.Sequence != want.LastSeq || !sum.Time.Equal(want.LastTime) || !sum.OK || sum.DeadLettered != 0 {
+				t.Errorf("restore %v stopped at sequence %d (%s), want %d (%s): %s", p.args, sum.Sequence, sum.Time, want.LastSeq, want.LastTime, out)
+			}
+			ref := filepath.Join(t.TempDir(), "reference")
+			h.Reference(ref, p.phase)
+			if !sameStores(t, ref, dir) {
+				t.Errorf("the restore as of phase %d differs from the reference built from the same records", p.phase)
+			}
+			restored[i] = dir
+		})
+	}
+	if t.Failed() {
+		return
+	}
+	// What a user would look at: the resources as of each point.
+	for _, c := range []struct {
+		point           int
+		rid, current    string
+		deleted, exists bool
+	}{
+		{0, "issue:0", "issue:0:1", false, true},
+		{1, "issue:0", "issue:0:2", false, true},
+		{0, "issue:5", "issue:5:1", false, true},
+		{1, "issue:5", "issue:5:1", true, true}, // soft-deleted: still there
+		{2, "issue:5", "", false, false},        // purged: gone from then on
+		{2, "issue:6", "issue:6:1", true, true}, // purged only in phase 4
+		{0, "issue:8", "", false, false},
+		{2, "issue:8", "issue:8:1", true, true},
+		{2, "issue:9", "", false, false}, // created after the last point
+		{2, "issue:1", "issue:1:3", false, true},
+	} {
+		cur, del, ok := metaOf(t, restored[c.point], "issue", c.rid)
+		if cur != c.current || del != c.deleted || ok != c.exists {
+			t.Errorf("restore as of point %d: %s is (current %q, deleted %v, present %v), want (%q, %v, %v)", c.point+1, c.rid, cur, del, ok, c.current, c.deleted, c.exists)
+		}
+	}
+	// The three states differ (so the comparisons above could fail), and
+	// the last point is not the stream's end.
+	if sameStores(t, restored[0], restored[1]) || sameStores(t, restored[1], restored[2]) || sameStores(t, restored[2], live) {
+		t.Error("two restore points, or the last one and the stream's end, gave the same state")
+	}
+
+	// A sink that is not empty is refused, and restored into with --force.
+	at := []string{"--at-seq", strconv.FormatUint(h.Phases[1].LastSeq, 10)}
+	if code, out, errs := runCmd(t, append(append([]string{"restore", "--to", restored[2]}, at...), nats...)...); code != exitError || !strings.Contains(errs, "is not empty") || !strings.Contains(errs, "--force") {
+		t.Errorf("restore into a sink that holds metas: exit %d, want 2 naming --force\n%s%s", code, out, errs)
+	}
+	code, out, errs := runCmd(t, append(append([]string{"restore", "--to", restored[1], "--force"}, at...), nats...)...)
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("as of sequence %d (stored %s)", h.Phases[1].LastSeq, h.Phases[1].LastTime.UTC().Format(time.RFC3339Nano))) {
+		t.Errorf("restore --force: exit %d, want 0 saying the sequence and time it stopped at\n%s%s", code, out, errs)
+	}
+	if after := consumers(); strings.Join(after, ",") != strings.Join(before, ",") {
+		t.Errorf("consumers before the restores %v, after %v: a restore left its consumer or touched another", before, after)
+	}
+}
+
+// TestRestoreRefusesWhatRetentionRemoved (issue 24 item 3): once the
+// stream's first events are gone (a purge of the stream here; max-age and
+// max-bytes do the same), stream info shows the earliest restorable time
+// and what was dropped; a restore before it fails with exit 1 naming that
+// time; one after it is refused as incomplete unless --accept-gap.
+func TestRestoreRefusesWhatRetentionRemoved(t *testing.T) {
+	bus := testBus(t)
+	nats := []string{"--nats", bus.URL()}
+	h := streamhistory.New(t, bus)
+	for i := range 3 {
+		h.Write("issue", fmt.Sprintf("issue:%d", i), nil)
+	}
+	early := h.EndPhase()
+	code, out, errs := runCmd(t, append([]string{"stream", "info"}, nats...)...)
+	if code != exitOK || !strings.Contains(out, "(sequence 1); nothing was dropped") {
+		t.Errorf("stream info of a whole stream: exit %d\n%s%s", code, out, errs)
+	}
+	for i := range 3 {
+		h.Write("issue", fmt.Sprintf("issue:%d", i), nil)
+	}
+	late := h.EndPhase()
+	if err := bus.Stream.Purge(t.Context(), jetstream.WithPurgeSequence(early.LastSeq+1)); err != nil {
+		t.Fatal(err)
+	}
+	first, err := bus.Stream.GetMsg(t.Context(), early.LastSeq+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	earliest := first.Time.UTC().Format(time.RFC3339Nano)
+
+	code, out, errs = runCmd(t, append([]string{"stream", "info"}, nats...)...)
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("restorable from   %s (sequence %d); sequences 1..%d were removed", earliest, early.LastSeq+1, early.LastSeq)) {
+		t.Errorf("stream info after the stream lost its first events: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, _ = runCmd(t, append([]string{"stream", "info", "--json"}, nats...)...)
+	var info struct {
+		Config  struct{ Name string } `json:"config"`
+		Restore struct {
+			Seq     uint64    `json:"earliest_sequence"`
+			Time    time.Time `json:"earliest_time"`
+			Dropped uint64    `json:"dropped"`
+		} `json:"restore"`
+	}
+	if err := json.Unmarshal([]byte(out), &info); err != nil || code != exitOK {
+		t.Fatalf("stream info --json: exit %d %v\n%s", code, err, out)
+	}
+	if info.Config.Name != "SPECSTAR" || info.Restore.Seq != early.LastSeq+1 || !info.Restore.Time.Equal(first.Time) || info.Restore.Dropped != early.LastSeq {
+		t.Errorf("stream info --json: %+v, want the earliest sequence %d at %s, %d dropped, beside JetStream's own fields", info, early.LastSeq+1, earliest, early.LastSeq)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want int
+		says string
+	}{
+		{[]string{"--at", early.LastTime.Format(time.RFC3339Nano)}, exitDiffer, earliest},
+		{[]string{"--at-seq", "1"}, exitDiffer, earliest},
+		{[]string{"--at", "1000h"}, exitDiffer, earliest},
+		{[]string{"--at", late.LastTime.Format(time.RFC3339Nano)}, exitDiffer, "--accept-gap"},
+		{[]string{"--at", late.LastTime.Format(time.RFC3339Nano), "--accept-gap"}, exitOK, ""},
+		{[]string{"--at", "yesterday"}, exitError, "RFC 3339"},
+		{[]string{}, exitError, "--at"},
+	} {
+		dir := t.TempDir()
+		code, out, errs := runCmd(t, append(append([]string{"restore", "--to", dir}, c.args...), nats...)...)
+		if code != c.want || !strings.Contains(errs, c.says) {
+			t.Errorf("restore %v: exit %d, want %d saying %q\n%s%s", c.args, code, c.want, c.says, out, errs)
+		}
+		if c.want == exitDiffer && len(strings.Split(strings.TrimSpace(errs), "\n")) != 1 {
+			t.Errorf("restore %v: the refusal is not one line:\n%s", c.args, errs)
+		}
+	}
+}
+
+// TestRestoreLostBlobIsDeadLettered (issue 24 item 4): a blob the object
+// store no longer holds (its retention shorter than the stream's) cannot
+// be restored: its event is dead-lettered, the rest is restored, and the
+// restore exits 1 pointing at the dead letters.
+func TestRestoreLostBlobIsDeadLettered(t *testing.T) {
+	bus := testBus(t)
+	h := streamhistory.New(t, bus)
+	large := bytes.Repeat([]byte("x"), 2<<20)
+	h.Write("issue", "issue:0", h.Blob("issue", large))
+	end := h.EndPhase()
+	obj, err := bus.Blobs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := obj.Delete(t.Context(), dedup.FileID(large)); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	code, out, errs := runCmd(t, "restore", "--to", dir, "--at-seq", strconv.FormatUint(end.LastSeq, 10), "--nats", bus.URL())
+	if code != exitDiffer || !strings.Contains(out, "1 dead-lettered") || !strings.Contains(errs, "replicator dlq list --consumer restore-") {
+		t.Errorf("restore with a blob the object store lost: exit %d, want 1 naming the dead letters\n%s%s", code, out, errs)
+	}
+	if cur, _, ok := metaOf(t, dir, "issue", "issue:0"); !ok || cur != "issue:0:1" {
+		t.Errorf("the resource whose blob was lost is not restored: %q %v", cur, ok)
+	}
+}
