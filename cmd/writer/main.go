@@ -52,9 +52,17 @@ or operational error.
 `
 
 func main() {
+	stopProfile, err := cli.StartCPUProfile()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "writer: %v\n", err)
+		os.Exit(exitError)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	if err := stopProfile(); err != nil {
+		fmt.Fprintf(os.Stderr, "writer: %v\n", err)
+	}
 	os.Exit(code)
 }
 
