@@ -1,13 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/cli"
 	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/internal/specstarpg"
 	"github.com/specstar/replicator/stream"
@@ -31,13 +32,19 @@ import (
 // BENCH_TAIL_FOR (the measured duration, default 15 s), BENCH_TAIL_RESOURCES
 // (resources updated, default 20), BENCH_TAIL_CONNS (writer connections,
 // default 10), BENCH_TAIL_POLL (how often the sink is looked at, default
-// 2 ms) and BENCH_TAIL_SAMPLE (writes watched a second, default 500).
+// 2 ms), BENCH_TAIL_SAMPLE (writes watched a second, default 500),
+// BENCH_TAIL_DISK_OPTS (appended to the disk sink's directory: ?sync=...),
+// BENCH_TAIL_DISK_DIR (where the disk sink's directory is made, default
+// the test's temporary directory) and BENCH_TAIL_PROFILE (a directory: the
+// tail and the replicator write their CPU profiles there,
+// tail-<run>.pprof and replicator-<run>.pprof).
 var (
 	loadFor       = envDuration("BENCH_TAIL_FOR", 15*time.Second)
 	loadResources = envInt("BENCH_TAIL_RESOURCES", 20)
 	loadConns     = envInt("BENCH_TAIL_CONNS", 10)
 	loadPoll      = envDuration("BENCH_TAIL_POLL", 2*time.Millisecond)
 	loadSample    = envInt("BENCH_TAIL_SAMPLE", 500)
+	loadProfile   = os.Getenv("BENCH_TAIL_PROFILE")
 )
 
 // loadDrain bounds how long the sink may take to show the last watched
@@ -267,6 +274,13 @@ type loadRun struct {
 	eventsPerWrite          float64
 	loadBefore, loadAfter   float64
 	historyStart, historyTo float64
+	// CPU per write, in microseconds, from the load's start to the last
+	// watched write in the sink: the writer tail process (the tail and the
+	// embedded NATS server it hosts), the replicator process, the
+	// Postgres cluster (all of it, and its walsender and client backends
+	// apart) and this process (the load generator and the watchers).
+	tailCPU, replCPU, pgCPU, walsenderCPU, backendCPU, selfCPU float64
+	tailSys, replSys                                           float64 // the kernel's part
 }
 
 // BenchmarkTailLoad measures the live tail under SpecStar-shaped load
@@ -278,8 +292,8 @@ type loadRun struct {
 // resource_data rows, upsert the meta, one transaction), paced per
 // connection at rate/BENCH_TAIL_CONNS, each connection owning its own
 // resources (SpecStar serializes the writes of one resource). The
-// pipeline is BenchmarkTailLag's: a wal_level=logical throwaway cluster,
-// `writer tail --mode logical` in-process onto an embedded stream, the
+// pipeline: a wal_level=logical throwaway cluster, the built `writer tail
+// --mode logical` as a process hosting the embedded JetStream server, the
 // built `replicator run` as a process into the sink (the Postgres sink is
 // a second database of the same throwaway cluster). The replicator starts
 // once the slot's snapshot is on the stream, which is then purged: the
@@ -293,17 +307,27 @@ type loadRun struct {
 // to the stream (tail-p50-ms: commit to the tail publishing the meta,
 // seen by a subscription on the meta subject), the events the tail
 // published per write (2 = the meta and the new revision, whatever the
-// history), the mean look time and the 1-minute load average before and
-// after.
+// history), the mean look time, the 1-minute load average before and
+// after, and the CPU each process used per write (issue 22, goal 3), from
+// /proc (utime+stime) at the load's start and once the last watched write
+// is in the sink: tail+nats-cpu-us/write (the writer tail process, which
+// hosts the NATS server), replicator-cpu-us/write, their sum
+// pipeline-cpu-us/write, the kernel's part of the first two
+// (tail+nats-sys-us/write, replicator-sys-us/write: a disk sink's file
+// creations), postgres-cpu-us/write (the whole cluster: the
+// load's own transactions, the walsender, a Postgres sink, the looks; its
+// walsender and its client backends also apart) and loadgen-cpu-us/write
+// (this process).
 func BenchmarkTailLoad(b *testing.B) {
 	repl := buildBinary(b, "../replicator")
-	for _, rate := range []int{1000, 5000} {
+	writer := buildBinary(b, ".")
+	for _, rate := range []int{500, 1000, 5000} {
 		for _, sink := range []string{"disk", "postgres"} {
 			for _, history := range []int{10, 1000} {
 				b.Run(fmt.Sprintf("rate=%d/sink=%s/history=%d", rate, sink, history), func(b *testing.B) {
 					var r loadRun
 					for b.Loop() {
-						r = tailLoadRun(b, repl, rate, sink, history)
+						r = tailLoadRun(b, writer, repl, rate, sink, history)
 					}
 					b.ReportMetric(float64(r.writes), "writes")
 					b.ReportMetric(r.rate, "writes/s")
@@ -319,13 +343,22 @@ func BenchmarkTailLoad(b *testing.B) {
 					b.ReportMetric(r.loadBefore, "load1-before")
 					b.ReportMetric(r.loadAfter, "load1-after")
 					b.ReportMetric(loadFor.Seconds(), "run-s")
+					b.ReportMetric(r.tailCPU, "tail+nats-cpu-us/write")
+					b.ReportMetric(r.replCPU, "replicator-cpu-us/write")
+					b.ReportMetric(r.tailCPU+r.replCPU, "pipeline-cpu-us/write")
+					b.ReportMetric(r.tailSys, "tail+nats-sys-us/write")
+					b.ReportMetric(r.replSys, "replicator-sys-us/write")
+					b.ReportMetric(r.pgCPU, "postgres-cpu-us/write")
+					b.ReportMetric(r.walsenderCPU, "pg-walsender-cpu-us/write")
+					b.ReportMetric(r.backendCPU, "pg-backends-cpu-us/write")
+					b.ReportMetric(r.selfCPU, "loadgen-cpu-us/write")
 				})
 			}
 		}
 	}
 }
 
-func tailLoadRun(b *testing.B, repl string, rate int, sink string, history int) loadRun {
+func tailLoadRun(b *testing.B, writer, repl string, rate int, sink string, history int) loadRun {
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cluster := pgtest.StartLogical(b)
@@ -388,6 +421,15 @@ func tailLoadRun(b *testing.B, repl string, rate int, sink string, history int) 
 	switch sink {
 	case "disk":
 		dir := b.TempDir()
+		if parent := os.Getenv("BENCH_TAIL_DISK_DIR"); parent != "" {
+			// Another file system (/dev/shm: what the sink costs where
+			// creating a file costs the kernel little).
+			var err error
+			if dir, err = os.MkdirTemp(parent, "tailload-"); err != nil {
+				b.Fatal(err)
+			}
+			defer os.RemoveAll(dir)
+		}
 		sinkURL, count = dir+os.Getenv("BENCH_TAIL_DISK_OPTS"), diskCounter(dir)
 	case "postgres":
 		admin, err := pgx.Connect(ctx, cluster.DSN)
@@ -407,20 +449,27 @@ func tailLoadRun(b *testing.B, repl string, rate int, sink string, history int) 
 		sinkURL, count = sinkDSN, pgCounter(conn)
 	}
 
-	// The pipeline.
-	bus, err := stream.Open(ctx, stream.Config{DataDir: b.TempDir()}, quiet)
-	if err != nil {
+	// The pipeline: the tail as a process of its own hosting the embedded
+	// server, so that its CPU is told from the load generator's; this
+	// process and the replicator are its clients.
+	runName := fmt.Sprintf("rate%d-%s-history%d", rate, sink, history)
+	profileEnv := func(cmd string) []string {
+		if loadProfile == "" {
+			return os.Environ()
+		}
+		return append(os.Environ(), cli.CPUProfileEnv+"="+filepath.Join(loadProfile, cmd+"-"+runName+".pprof"))
+	}
+	dataDir := b.TempDir()
+	tctx, stopTail := context.WithCancel(ctx)
+	var tailOut lagBuffer
+	tail := exec.CommandContext(tctx, writer, "tail", "--from", cluster.DSN+"&table_prefix="+prefix, "--mode", "logical",
+		"--data-dir", dataDir, "--listen", "")
+	tail.Cancel = func() error { return tail.Process.Signal(os.Interrupt) } // its exit line says what it published
+	tail.WaitDelay = time.Minute
+	tail.Stdout, tail.Stderr, tail.Env = &tailOut, &tailOut, profileEnv("tail")
+	if err := tail.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer bus.Close()
-	tctx, stopTail := context.WithCancel(ctx)
-	tailDone := make(chan string, 1)
-	go func() {
-		var out, errs bytes.Buffer
-		code := run(tctx, []string{"tail", "--from", cluster.DSN + "&table_prefix=" + prefix, "--mode", "logical",
-			"--nats", bus.URL(), "--listen", ""}, &out, &errs)
-		tailDone <- fmt.Sprintf("exit %d: %s%s", code, out.String(), errs.String())
-	}()
 	stopped := false
 	published := int64(-1) // events the tail published, from its exit line
 	stop := func() {
@@ -429,15 +478,29 @@ func tailLoadRun(b *testing.B, repl string, rate int, sink string, history int) 
 		}
 		stopped = true
 		stopTail()
-		out := <-tailDone
-		if !strings.Contains(out, "exit 0") {
-			b.Errorf("writer tail: %s", out)
+		tail.Wait() // the context's error, once canceled: the exit status says how it ended
+		if code := tail.ProcessState.ExitCode(); code != 0 {
+			b.Errorf("writer tail: exit %d\n%s", code, lastBytes(tailOut.String(), 4000))
 		}
-		if m := regexp.MustCompile(`stopped: (\d+) events published`).FindStringSubmatch(out); m != nil {
+		if m := regexp.MustCompile(`stopped: (\d+) events published`).FindStringSubmatch(tailOut.String()); m != nil {
 			published, _ = strconv.ParseInt(m[1], 10, 64)
 		}
 	}
 	defer stop()
+	// Joined, not hosted: wait for the tail to record its server's URL.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(dataDir, "embedded.url")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("writer tail started no embedded server in a minute:\n%s", lastBytes(tailOut.String(), 4000))
+		}
+	}
+	bus, err := stream.Open(ctx, stream.Config{DataDir: dataDir}, quiet)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bus.Close()
 	// The slot's snapshot (a meta and every revision per resource) is
 	// published, then purged from the stream before the replicator starts:
 	// the sink gets the load's events only, so a history of 1,000 costs
@@ -463,12 +526,26 @@ func tailLoadRun(b *testing.B, repl string, rate int, sink string, history int) 
 	rctx, stopRepl := context.WithCancel(ctx)
 	var replOut lagBuffer
 	cmd := exec.CommandContext(rctx, repl, "run", "--nats", bus.URL(), "--sink", sinkURL, "--listen", "")
-	cmd.Stdout, cmd.Stderr = &replOut, &replOut
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) } // so that its profile is written
+	cmd.WaitDelay = time.Minute
+	cmd.Stdout, cmd.Stderr, cmd.Env = &replOut, &replOut, profileEnv("replicator")
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer func() { stopRepl(); cmd.Wait() }()
+	replStopped := false
+	stopReplicator := func() {
+		if !replStopped {
+			replStopped = true
+			stopRepl()
+			cmd.Wait()
+		}
+	}
+	defer stopReplicator()
 	time.Sleep(time.Second) // the replicator's consumer is listening
+	postmaster, err := cluster.PostmasterPID()
+	if err != nil {
+		b.Fatal(err)
+	}
 
 	// The load: connection c writes its j-th update at start +
 	// (j*conns+c)/rate, at once when behind, until loadFor has passed, and
@@ -477,6 +554,10 @@ func tailLoadRun(b *testing.B, repl string, rate int, sink string, history int) 
 	onStream := startWatcher(ctx, streamCounter(b, bus))
 	sampleEvery := max(1, rate/loadSample)
 	loadBefore := loadAvg()
+	cpuBefore, err := sampleCPU(tail.Process.Pid, cmd.Process.Pid, postmaster)
+	if err != nil {
+		b.Fatal(err)
+	}
 	var writes atomic.Int64
 	var last atomic.Int64
 	start := time.Now()
@@ -536,13 +617,41 @@ func tailLoadRun(b *testing.B, repl string, rate int, sink string, history int) 
 	if serr != nil {
 		b.Fatalf("on the stream: %v", serr)
 	}
+	cpuAfter, err := sampleCPU(tail.Process.Pid, cmd.Process.Pid, postmaster)
+	if err != nil {
+		b.Fatal(err)
+	}
+	stopReplicator() // first, so that it does not take the embedded server over
 	stop()
+	pg := func(kinds ...string) (before, after time.Duration) {
+		for _, k := range kinds {
+			before, after = before+cpuBefore.postgres[k], after+cpuAfter.postgres[k]
+		}
+		return before, after
+	}
+	pgBefore, pgAfter := pg("background", "walsender", "backend")
+	wsBefore, wsAfter := pg("walsender")
+	beBefore, beAfter := pg("backend")
+	b.Logf("%s: CPU over %s of load and drain, %d writes: writer tail %s (system %s), replicator %s (system %s), postgres %s (walsender %s, backends %s), this process %s (system %s)",
+		runName, time.Since(start).Round(time.Millisecond), n,
+		cpuAfter.tail-cpuBefore.tail, cpuAfter.tailSys-cpuBefore.tailSys,
+		cpuAfter.replicator-cpuBefore.replicator, cpuAfter.replicatorSys-cpuBefore.replicatorSys,
+		pgAfter-pgBefore, wsAfter-wsBefore, beAfter-beBefore,
+		cpuAfter.self-cpuBefore.self, cpuAfter.selfSys-cpuBefore.selfSys)
 	return loadRun{
 		writes: int(n), rate: float64(n) / elapsed.Seconds(),
 		p50: p50, p99: p99, streamP50: sp50, streamP99: sp99, pmax: pmax, look: look,
 		eventsPerWrite: float64(published-snapshot) / float64(n),
 		loadBefore:     loadBefore, loadAfter: loadAfter,
 		historyStart: float64(history), historyTo: float64(history) + float64(n)/float64(len(rids)),
+		tailCPU:      perWrite(cpuBefore.tail, cpuAfter.tail, n),
+		replCPU:      perWrite(cpuBefore.replicator, cpuAfter.replicator, n),
+		tailSys:      perWrite(cpuBefore.tailSys, cpuAfter.tailSys, n),
+		replSys:      perWrite(cpuBefore.replicatorSys, cpuAfter.replicatorSys, n),
+		pgCPU:        perWrite(pgBefore, pgAfter, n),
+		walsenderCPU: perWrite(wsBefore, wsAfter, n),
+		backendCPU:   perWrite(beBefore, beAfter, n),
+		selfCPU:      perWrite(cpuBefore.self, cpuAfter.self, n),
 	}
 }
 

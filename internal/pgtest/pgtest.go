@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/specstar/replicator/internal/freeport"
@@ -33,7 +34,25 @@ func LogicalCluster(t testing.TB) string {
 type Cluster struct {
 	// DSN connects to it as the superuser postgres.
 	DSN     string
+	data    string // the data directory
 	restart func() error
+}
+
+// PostmasterPID is the cluster's postmaster process id, read from its
+// postmaster.pid (so it is current after a Restart): benchmarks find the
+// cluster's processes, and the CPU they use, from it.
+func (c *Cluster) PostmasterPID() (int, error) {
+	path := filepath.Join(c.data, "postmaster.pid")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("postmaster pid: %w", err)
+	}
+	first, _, _ := strings.Cut(string(raw), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		return 0, fmt.Errorf("postmaster pid in %s: %w", path, err)
+	}
+	return pid, nil
 }
 
 // Restart stops the cluster (fast shutdown: connections are cut) and
@@ -103,7 +122,8 @@ func StartLogical(t testing.TB) *Cluster {
 		os.RemoveAll(dir)
 	})
 	return &Cluster{
-		DSN: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
+		DSN:  fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
+		data: data,
 		restart: func() error {
 			return run(filepath.Join(bin, "pg_ctl"), "-D", data, "-l", filepath.Join(dir, "log"), "-w", "-t", "60", "-m", "fast", "-o", opts, "restart")
 		},
