@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -487,16 +488,28 @@ func tailLoadRun(b *testing.B, writer, repl string, rate int, sink string, histo
 		}
 	}
 	defer stop()
-	// Joined, not hosted: wait for the tail to record its server's URL.
+	// Wait for the tail to record its server's URL, then connect to it
+	// as the replicator does, a client of --nats URL (plain text, the
+	// token in the URL), never a candidate to take the server over: this
+	// process's subscription costs the server as little as it can.
+	var natsURL string
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(filepath.Join(dataDir, "embedded.url")); err == nil {
+		addr, aerr := os.ReadFile(filepath.Join(dataDir, "embedded.url"))
+		token, terr := os.ReadFile(filepath.Join(dataDir, "embedded.token"))
+		if aerr == nil && terr == nil {
+			u, err := url.Parse(strings.TrimSpace(string(addr)))
+			if err != nil {
+				b.Fatalf("embedded.url: %v", err)
+			}
+			u.User = url.User(strings.TrimSpace(string(token)))
+			natsURL = u.String()
 			break
 		}
 		if time.Now().After(deadline) {
 			b.Fatalf("writer tail started no embedded server in a minute:\n%s", lastBytes(tailOut.String(), 4000))
 		}
 	}
-	bus, err := stream.Open(ctx, stream.Config{DataDir: dataDir}, quiet)
+	bus, err := stream.Open(ctx, stream.Config{URL: natsURL}, quiet)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -525,7 +538,7 @@ func tailLoadRun(b *testing.B, writer, repl string, rate int, sink string, histo
 	}
 	rctx, stopRepl := context.WithCancel(ctx)
 	var replOut lagBuffer
-	cmd := exec.CommandContext(rctx, repl, "run", "--nats", bus.URL(), "--sink", sinkURL, "--listen", "")
+	cmd := exec.CommandContext(rctx, repl, "run", "--nats", natsURL, "--sink", sinkURL, "--listen", "")
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) } // so that its profile is written
 	cmd.WaitDelay = time.Minute
 	cmd.Stdout, cmd.Stderr, cmd.Env = &replOut, &replOut, profileEnv("replicator")
