@@ -3,34 +3,45 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/specstar/replicator/internal/cli"
 	"github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/internal/progress"
+	"github.com/specstar/replicator/replicate"
+	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/source/export"
 	s3src "github.com/specstar/replicator/source/s3"
+	"github.com/specstar/replicator/stream"
 )
 
 var exportCmd = &cli.Command{
 	Name:  "writer export",
-	Usage: "writer export --from ARCHIVE|DIR|URL|NAME --to OUT.acbak [--force] [--allow-missing-blobs] [flags]",
+	Usage: "writer export --from ARCHIVE|DIR|URL|NAME|stream: --to OUT.acbak [--at TIME|--at-seq N] [--force] [--allow-missing-blobs] [flags]",
 	Summary: `Write what a source holds as an .acbak archive, as SpecStar's dump
 does: an archive, a disk deployment (files or SQLite metas), a Postgres,
 Postgres+S3 or Postgres+disk deployment (one consistent snapshot of its
 meta store), an S3 store, or a deployment of --config; with the blobs its
 payloads reference. A referenced blob that cannot be found is an error
 unless --allow-missing-blobs; an existing OUT is kept unless --force. The
-archive (mode 0644) is written to a temporary file and renamed.`,
+archive (mode 0644) is written to a temporary file and renamed. With --at
+(or --at-seq) the source is the event stream (--from stream:, or no
+--from): the deployment as of that time, restored from the stream as
+replicator restore does into a temporary disk tree beside OUT, then
+exported.`,
 	Examples: []string{
 		"writer export --from /srv/specstar --to backup.acbak",
 		"writer export --from postgres://db/app --from-resources s3://bkt/{model}/data/ --from-blobs s3://bkt/blobs/ --to backup.acbak",
 		"writer export --config deploy.yaml --from primary --to backup.acbak --force --json",
+		"writer export --at 2026-12-02T15:04:05Z --to as-of-15h04.acbak",
 	},
 }
 
@@ -39,6 +50,9 @@ type exportResult struct {
 	From    string  `json:"from"`
 	To      string  `json:"to"`
 	Seconds float64 `json:"seconds"`
+	// From the stream: the last sequence restored and when it was stored.
+	Sequence uint64    `json:"sequence,omitempty"`
+	Time     time.Time `json:"time,omitzero"`
 	export.Stats
 }
 
@@ -53,6 +67,8 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	force := fs.Bool("force", false, "overwrite an existing archive")
 	allowMissing := fs.Bool("allow-missing-blobs", false, "leave out, with a warning, referenced blobs the blob store does not hold")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
+	var pit pointInTime
+	pit.register(fs)
 	pos, code, ok := exportCmd.Parse(fs, args, stdout, stderr)
 	if !ok {
 		return code
@@ -67,6 +83,29 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	cfg, err := src.config(fs)
 	if err != nil {
 		return exportCmd.Usagef(stderr, "%v", err)
+	}
+	var asOf *replicate.RestoreResult
+	display := ""
+	switch fromStream := src.from == "stream:" || (src.from == "" && src.layers.Meta == "" && pit.given()); {
+	case fromStream && !pit.given():
+		return exportCmd.Usagef(stderr, "--from stream: exports the deployment as of a time: give --at TIME or --at-seq N")
+	case fromStream:
+		if !*force {
+			if _, err := os.Stat(*to); err == nil {
+				return exportCmd.Errorf(stderr, exitError, "export to %s: %v", *to, export.ErrExists)
+			}
+		}
+		dir, res, code, err := pit.restore(ctx, fs, *to, log)
+		if dir != "" {
+			defer os.RemoveAll(dir)
+		}
+		if err != nil {
+			return exportCmd.Fail(stderr, code, "", err)
+		}
+		asOf, src.from = res, "disk:"+dir
+		display = fmt.Sprintf("stream %s as of sequence %d (stored %s)", pit.bus.Stream, res.Point.Seq, res.Point.Time.UTC().Format(time.RFC3339Nano))
+	case pit.given():
+		return exportCmd.Usagef(stderr, "--at and --at-seq export the event stream: give --from stream: or no --from")
 	}
 	spec, err := deployment.SourceSpec(cfg, src.from, src.layers, source.Spec{})
 	if err != nil {
@@ -99,7 +138,7 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	}
 	defer closeBlobs()
 	start := time.Now()
-	meter := progress.New("export "+spec.Name, 0, log)
+	meter := progress.New("export "+firstOf(display, spec.Name), 0, log)
 	st, err := export.Write(ctx, s, *to, export.Options{Blobs: blobs, AllowMissingBlobs: *allowMissing, Force: *force, Progress: meter.Update, Log: log})
 	meter.Stop(err)
 	switch {
@@ -112,7 +151,10 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	case err != nil:
 		return exportCmd.Fail(stderr, exitError, spec.Name, err)
 	}
-	res := exportResult{From: spec.Name, To: *to, Seconds: time.Since(start).Seconds(), Stats: st}
+	res := exportResult{From: firstOf(display, spec.Name), To: *to, Seconds: time.Since(start).Seconds(), Stats: st}
+	if asOf != nil {
+		res.Sequence, res.Time = asOf.Point.Seq, asOf.Point.Time
+	}
 	if *asJSON {
 		cli.JSON(stdout, res)
 		return exitOK
@@ -146,4 +188,81 @@ func lookedFor(from string) string {
 		return "ModelStart frames in the archive, or {model}/meta and {model}/meta.db in the directory " + from
 	}
 	return "{model}/meta and {model}/meta.db below " + from
+}
+
+// pointInTime is what export reads from the stream as of a time: --at or
+// --at-seq, --accept-gap and where the stream is.
+type pointInTime struct {
+	at        string
+	atSeq     uint64
+	acceptGap bool
+	bus       stream.Config
+}
+
+func (p *pointInTime) register(fs *flag.FlagSet) {
+	fs.StringVar(&p.at, "at", "", "export the deployment as of this time, from the event stream: RFC 3339 (2026-12-02T15:04:05Z) or a duration ago (2h)")
+	fs.Uint64Var(&p.atSeq, "at-seq", 0, "export the deployment as of this stream sequence instead")
+	fs.BoolVar(&p.acceptGap, "accept-gap", false, "with --at: export even though retention removed the stream's first events (the archive lacks what only they held)")
+	fs.StringVar(&p.bus.URL, "nats", os.Getenv("NATS_URL"), "with --at: NATS server URL (default $NATS_URL; empty runs an embedded JetStream server)")
+	fs.StringVar(&p.bus.Stream, "stream", "SPECSTAR", "with --at: JetStream stream name")
+	fs.StringVar(&p.bus.SubjectPrefix, "subject-prefix", "specstar", "with --at: subject prefix of events")
+	fs.StringVar(&p.bus.DataDir, "data-dir", stream.DefaultDataDir(), "with --at: embedded server's data directory")
+	p.bus.Auth.Register(fs)
+}
+
+// given reports whether a point in time was asked for.
+func (p *pointInTime) given() bool { return p.at != "" || p.atSeq != 0 }
+
+// restore restores the stream as of the point into a new temporary disk
+// tree beside out (the archive's size fits there) and returns the tree,
+// which the caller removes, with where the restore stopped; on an error,
+// the exit code too.
+func (p *pointInTime) restore(ctx context.Context, fs *flag.FlagSet, out string, log *slog.Logger) (string, *replicate.RestoreResult, int, error) {
+	var at time.Time
+	if p.atSeq == 0 {
+		var err error
+		if at, err = replicate.ParseTime(p.at, time.Now()); err != nil {
+			return "", nil, exitError, err
+		}
+	}
+	cfg := givenIn(fs, p.bus)
+	cfg.ReadOnly = true // an export creates no stream
+	bus, err := stream.Open(ctx, cfg, log)
+	if err != nil {
+		return "", nil, exitError, err
+	}
+	defer bus.Close()
+	abs, err := filepath.Abs(out)
+	if err != nil {
+		return "", nil, exitError, err
+	}
+	dir, err := os.MkdirTemp(filepath.Dir(abs), ".specstar-export-")
+	if err != nil {
+		return "", nil, exitError, fmt.Errorf("a temporary tree beside %s: %w", out, err)
+	}
+	spec, err := sink.Parse("disk:" + dir)
+	if err != nil {
+		return dir, nil, exitError, err
+	}
+	spec.SyncPerBatchUnlessSet() // a tree thrown away afterwards: one syncfs a batch is plenty
+	snk, err := spec.Open(ctx)
+	if err != nil {
+		return dir, nil, exitError, err
+	}
+	res, err := replicate.Restore(ctx, bus, snk, replicate.RestoreOptions{
+		Config: replicate.DefaultConfig(), At: at, AtSeq: p.atSeq, AcceptGap: p.acceptGap,
+		Name: "export", Display: "stream " + cfg.Stream, Logger: log,
+	})
+	if cerr := snk.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("close the temporary tree %s: %w", dir, cerr)
+	}
+	switch {
+	case err != nil && res == nil:
+		return dir, nil, cli.InputCode(err), err
+	case err != nil:
+		return dir, nil, exitError, err
+	case res.DeadLettered > 0:
+		return dir, nil, exitDiffer, fmt.Errorf("%d events of stream %s could not be restored and were dead-lettered, so the archive would lack them (replicator dlq list --consumer %s); nothing was written", res.DeadLettered, cfg.Stream, res.Consumer)
+	}
+	return dir, res, exitOK, nil
 }

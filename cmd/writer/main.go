@@ -8,6 +8,7 @@
 //	writer snapshot --from postgres://...|NAME    publish a deployment's state
 //	writer tail --from postgres://...|NAME        and then its changes
 //	writer export --from SOURCE --to OUT.acbak    write any source as an archive
+//	writer export --at TIME --to OUT.acbak        the deployment as of TIME, from the event stream
 //
 // Exit status: 0 done (verify: the archive is valid), 1 the input is not
 // valid, 2 usage or operational error.
@@ -43,7 +44,7 @@ commands:
   replay    publish an archive's records as events on the stream
   snapshot  publish the current state of a live deployment (--from postgres://...|NAME)
   tail      publish a snapshot, then every change as it happens
-  export    write any source (archive, disk, Postgres, Postgres+S3, S3, NAME) as an archive (--to)
+  export    write any source (archive, disk, Postgres, Postgres+S3, S3, NAME, or the stream as of --at) as an archive (--to)
   help CMD  the help of a command (as CMD --help)
 
 What is read is --from (an archive, a directory, a URL or a deployment
