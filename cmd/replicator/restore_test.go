@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/specstar/replicator/dedup"
+	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/internal/streamhistory"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/stream"
@@ -302,5 +303,33 @@ func TestRestoreLostBlobIsDeadLettered(t *testing.T) {
 	}
 	if cur, _, ok := metaOf(t, dir, "issue", "issue:0"); !ok || cur != "issue:0:1" {
 		t.Errorf("the resource whose blob was lost is not restored: %q %v", cur, ok)
+	}
+}
+
+// TestRestoreIntoPostgresDeployment: a restore goes into any deployment
+// run feeds, here SpecStar's Postgres tables (metas and revisions) with
+// its blobs on disk: as of phase 2 it holds the reference built from the
+// same records (and not the stream's end), and a second restore into it
+// is refused as not empty.
+func TestRestoreIntoPostgresDeployment(t *testing.T) {
+	bus := testBus(t)
+	h := pitrHistory(t, bus)
+	pg := pgtest.SharedDSN() + "&table_prefix=" + pgtest.Prefix(t) + "&revisions=true"
+	deployment := []string{"--meta", pg, "--resources", pg, "--blobs", "disk:" + t.TempDir()}
+	at := []string{"--at-seq", strconv.FormatUint(h.Phases[1].LastSeq, 10), "--nats", bus.URL()}
+	if code, out, errs := runCmd(t, append(append([]string{"restore"}, deployment...), at...)...); code != exitOK {
+		t.Fatalf("restore into the deployment: exit %d\n%s%s", code, out, errs)
+	}
+	ref, end := filepath.Join(t.TempDir(), "reference"), filepath.Join(t.TempDir(), "end")
+	h.Reference(ref, 2)
+	h.Reference(end, 4)
+	if code, out, _ := runCmd(t, append([]string{"verify", "--from", ref}, deployment...)...); code != exitOK {
+		t.Errorf("the deployment restored as of phase 2 lacks what the reference holds: exit %d\n%s", code, out)
+	}
+	if code, _, _ := runCmd(t, append([]string{"verify", "--from", end}, deployment...)...); code != exitDiffer {
+		t.Errorf("verify against the stream's end: exit %d, want 1 (the restore stopped before it)", code)
+	}
+	if code, out, errs := runCmd(t, append(append([]string{"restore"}, deployment...), at...)...); code != exitError || !strings.Contains(errs, "is not empty") {
+		t.Errorf("a second restore into the deployment: exit %d, want 2 (not empty)\n%s%s", code, out, errs)
 	}
 }
