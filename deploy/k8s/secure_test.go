@@ -1,14 +1,6 @@
 package k8s_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -17,53 +9,20 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/specstar/replicator/deploy/k8s/internal/natscerts"
 )
 
 // natsTLSDir is where the NATS pods mount the Secret nats-tls.
 const natsTLSDir = "/etc/nats-tls"
 
-// writeTestCerts writes a CA (ca.crt) and a server certificate it signs
-// (tls.crt, tls.key) into dir, the three keys of the Secret nats-tls, and
-// returns dir.
+// writeTestCerts writes the three keys of the Secret nats-tls (ca.crt,
+// tls.crt, tls.key) into dir as the README has users make them (certgen,
+// with a CA of its own beside dir), and returns dir.
 func writeTestCerts(t *testing.T, dir string) string {
 	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := natscerts.Generate(dir+"-ca", dir, natscerts.DNSNames("specstar", []string{"nats-leaf.region-a.example.com"}), time.Hour); err != nil {
 		t.Fatal(err)
-	}
-	key := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	caKey, srvKey := key(), key()
-	now := time.Now()
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, NotBefore: now, NotAfter: now.Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "nats"}, NotBefore: now, NotAfter: now.Add(time.Hour),
-		DNSNames: []string{"nats", "*.nats-headless"}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srv, ca, &srvKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(srvKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, b := range map[string]*pem.Block{
-		"ca.crt":  {Type: "CERTIFICATE", Bytes: caDER},
-		"tls.crt": {Type: "CERTIFICATE", Bytes: srvDER},
-		"tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER},
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(b), 0o600); err != nil {
-			t.Fatal(err)
-		}
 	}
 	return dir
 }
