@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"testing"
@@ -154,6 +156,31 @@ func benchCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// benchProfile writes a CPU profile of this process, until the function
+// it returns is called, to name in $BENCH_PG_PROFILE (a directory), when
+// that is set: the drain alone, the embedded server delivering included,
+// without the untimed setup that go test -cpuprofile would mix in.
+func benchProfile(b *testing.B, name string) func() {
+	dir := os.Getenv("BENCH_PG_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
+	}
+}
+
 // BenchmarkPostgresReplayVsCOPY times, in each iteration and on the
 // same archive, the baseline (plain COPY: the same rows, computed
 // beforehand, loaded with one pgx CopyFrom per table into empty tables of
@@ -165,7 +192,8 @@ func benchCPU() time.Duration {
 // postgres://...?table_prefix=P&revisions=true` drains it into new tables
 // with the sink's newer-wins compare-and-swap (timed: drain/copy). With
 // REPLICATOR_BENCH_MIRROR=1 it also times the whole `replicator mirror
-// --to postgres://...` (replay and drain overlapping: sink/copy).
+// --to postgres://...` (replay and drain overlapping: sink/copy). With
+// BENCH_PG_PROFILE=DIR it writes a CPU profile of each drain there.
 func BenchmarkPostgresReplayVsCOPY(b *testing.B) {
 	archive, _ := benchInput(b)
 	conn := benchPGConnect(b)
@@ -234,10 +262,13 @@ func BenchmarkPostgresReplayVsCOPY(b *testing.B) {
 		prefix = benchPGPrefix()
 		var out, errs bytes.Buffer
 		args := []string{"run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", sinkURL(prefix)}
+		args = append(args, strings.Fields(os.Getenv("BENCH_PG_RUN_ARGS"))...) // --max-batch N, ...
+		stopProfile := benchProfile(b, fmt.Sprintf("drain-%d.pprof", iter))
 		cpu0 = benchCPU()
 		start = time.Now()
 		code := run(ctx, args, &out, &errs)
 		tookDrain := time.Since(start)
+		stopProfile()
 		cpuDrain := benchCPU() - cpu0
 		drain += tookDrain
 		bus.Close()
