@@ -53,42 +53,60 @@ func (w *Worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, err
 }
 
 // flushJob is a batch being made durable and acked in the background
-// while the next one is applied; done is closed when it is, err is then
-// set.
+// while the next one is applied: durable is closed once its flush
+// returned (err is then set if it failed), done once it is acked too (or
+// its flush failed).
 type flushJob struct {
-	done chan struct{}
-	err  error
+	durable chan struct{}
+	done    chan struct{}
+	err     error // written before durable is closed, never after
 }
 
 // processOverlapped is process for a sink that can write one batch while
 // the next is applied (sink.Overlapper): it applies the batch while the
-// previous one is made durable, waits for that one to be acked, seals
-// this one and makes it durable (FlushSealed) and acks it in the
-// background, to be waited for by the next batch or by waitFlush. So
-// every event is still acked only after a flush of a batch holding it has
-// returned, and batches are made durable and acked in stream order.
+// previous one is made durable, waits for that one's flush to return,
+// seals this one and, in the background, makes it durable (FlushSealed)
+// and acks it once the previous batch is acked, to be waited for by the
+// next batch or by waitFlush. So the sink writes the next batch while the
+// previous one's acks are sent and confirmed (for Postgres, a COPY is not
+// held up by a round trip to NATS), every event is still acked only after
+// a flush of a batch holding it has returned, flushes run one at a time
+// and in stream order, and so do the acks.
 func (w *Worker) processOverlapped(ctx context.Context, msgs []jetstream.Msg) error {
 	start := time.Now()
 	err := w.applyBatch(ctx, msgs)
-	if ferr := w.waitFlush(); ferr != nil {
-		return ferr
+	prev := w.flushing
+	if prev != nil {
+		<-prev.durable
+		if prev.err != nil {
+			return w.waitFlush()
+		}
 	}
 	if err != nil {
 		return err
 	}
 	o := w.snk.(sink.Overlapper)
 	o.Seal()
-	f := &flushJob{done: make(chan struct{})}
+	f := &flushJob{durable: make(chan struct{}), done: make(chan struct{})}
 	w.flushing = f
 	go func() {
 		defer close(f.done)
-		_, f.err = w.commit(ctx, msgs, start, o.FlushSealed, false)
+		if err := w.makeDurable(ctx, msgs, o.FlushSealed, false); err != nil {
+			f.err = err
+			close(f.durable)
+			return
+		}
+		close(f.durable)
+		if prev != nil {
+			<-prev.done // durable without error (checked above): acks in stream order
+		}
+		w.acked(ctx, msgs, start)
 	}()
 	return nil
 }
 
 // waitFlush waits until the batch made durable in the background, if
-// any, is acked, and returns its error.
+// any, is acked (and so every batch before it), and returns its error.
 func (w *Worker) waitFlush() error {
 	f := w.flushing
 	if f == nil {
@@ -170,19 +188,31 @@ func (w *Worker) applyBatch(ctx context.Context, msgs []jetstream.Msg) error {
 // was applied since), the batch is written again one event at a time and
 // the refused events dead-lettered (see isolate).
 func (w *Worker) commit(ctx context.Context, msgs []jetstream.Msg, start time.Time, flush func(context.Context) error, isolate bool) (uint64, error) {
-	name := w.opts.Name
-	var last uint64
+	if err := w.makeDurable(ctx, msgs, flush, isolate); err != nil {
+		return 0, err
+	}
+	return w.acked(ctx, msgs, start), nil
+}
+
+// makeDurable is commit's first half: the flush (retried, and isolated as
+// commit says) and the dead letters of what the flush refused.
+func (w *Worker) makeDurable(ctx context.Context, msgs []jetstream.Msg, flush func(context.Context) error, isolate bool) error {
 	if err := w.retry(ctx, "flush", func() error { return flush(ctx) }); err != nil {
 		if !isolate || !sink.IsDropped(err) {
-			return last, err
+			return err
 		}
 		if err := w.isolate(ctx, msgs, err); err != nil {
-			return last, err
+			return err
 		}
 	}
-	if err := w.deadLetterRefused(ctx, msgs); err != nil {
-		return last, err
-	}
+	return w.deadLetterRefused(ctx, msgs)
+}
+
+// acked is commit's second half, for a batch made durable: it acks msgs
+// and returns the highest stream sequence acked.
+func (w *Worker) acked(ctx context.Context, msgs []jetstream.Msg, start time.Time) uint64 {
+	name := w.opts.Name
+	var last uint64
 	w.ack(ctx, msgs)
 	for _, msg := range msgs {
 		if md, err := msg.Metadata(); err == nil {
@@ -192,7 +222,7 @@ func (w *Worker) commit(ctx context.Context, msgs []jetstream.Msg, start time.Ti
 	}
 	w.m.lastSeq.WithLabelValues(name).Set(float64(last))
 	w.m.batch.WithLabelValues(name).Observe(time.Since(start).Seconds())
-	return last, nil
+	return last
 }
 
 // ackConfirmWait bounds how long a batch's acks are sent again while the
