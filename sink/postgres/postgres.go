@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -922,9 +923,11 @@ type pgSlotState struct{ orig, cur string } // "" = no row
 // info, so those rows are read again FOR SHARE and cannot change until
 // commit. Rows that end unchanged are neither written nor locked.
 func (p *Sink) round(ctx context.Context, tx *pgx.Tx, pending []pgWrite, read bool) (int, error) {
-	metas := map[pgMetaKey]*pgMetaState{}
-	slots := map[pgSlotKey]*pgSlotState{}
-	datas := map[string]*pgDataState{}
+	// Sized for the queue: a backlog's batch holds thousands of rows, and
+	// growing these maps showed in the profile of a drain.
+	metas := make(map[pgMetaKey]*pgMetaState, len(pending)/8)
+	slots := make(map[pgSlotKey]*pgSlotState, len(pending))
+	datas := make(map[string]*pgDataState, len(pending))
 	byTable := map[string][]string{}
 	tableSQL := map[string]*pgMetaSQL{}
 	purgeRids := map[string]bool{}
@@ -1383,7 +1386,7 @@ func pgSortedKeys[V any](m map[string]V) []string {
 	for k := range m {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	slices.Sort(keys)
 	return keys
 }
 
@@ -1392,15 +1395,14 @@ func pgSortedSlotKeys(m map[pgSlotKey]*pgSlotState) []pgSlotKey {
 	for k := range m {
 		keys = append(keys, k)
 	}
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := keys[i], keys[j]
-		if a.rid != b.rid {
-			return a.rid < b.rid
+	slices.SortFunc(keys, func(a, b pgSlotKey) int {
+		if c := strings.Compare(a.rid, b.rid); c != 0 {
+			return c
 		}
-		if a.revID != b.revID {
-			return a.revID < b.revID
+		if c := strings.Compare(a.revID, b.revID); c != 0 {
+			return c
 		}
-		return a.sv < b.sv
+		return strings.Compare(a.sv, b.sv)
 	})
 	return keys
 }
