@@ -59,8 +59,8 @@ func clusterArchive(t *testing.T) string {
 
 // clusterReference is a clean run: the archive replayed onto an embedded
 // single server and drained into a fresh tree, by the same binaries. It
-// returns the tree and the message ids the stream holds.
-func clusterReference(t *testing.T, writerBin, replBin, archive string) (tree string, ids map[string]int) {
+// returns the tree and the messages the stream holds (streamIDs).
+func clusterReference(t *testing.T, writerBin, replBin, archive string) (tree string, ids map[string][]string) {
 	t.Helper()
 	dataDir := t.TempDir()
 	tree = filepath.Join(t.TempDir(), "clean")
@@ -90,13 +90,18 @@ func clusterReference(t *testing.T, writerBin, replBin, archive string) (tree st
 // four ids twice and four missing, none of them among the publishes
 // that had been retried, and the total right: the pattern of a reader
 // that read four messages twice and stopped four short.
-func streamIDs(ctx context.Context, t *testing.T, bus *stream.Bus) map[string]int {
+//
+// It maps each message id to the hashes of the payloads stored under it,
+// so that a message held twice, or holding other bytes than the clean
+// run's under the same id, shows in the stream rather than only later in
+// a sink.
+func streamIDs(ctx context.Context, t *testing.T, bus *stream.Bus) map[string][]string {
 	t.Helper()
 	info, err := stream.Call(ctx, bus, "stream info", func(ctx context.Context) (*jetstream.StreamInfo, error) { return bus.Stream.Info(ctx) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := map[string]int{}
+	ids := map[string][]string{}
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
 		m, err := stream.Call(ctx, bus, "stream get", func(ctx context.Context) (*jetstream.RawStreamMsg, error) { return bus.Stream.GetMsg(ctx, seq) })
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -105,7 +110,9 @@ func streamIDs(ctx context.Context, t *testing.T, bus *stream.Bus) map[string]in
 		if err != nil {
 			t.Fatalf("stream message %d: %v", seq, err)
 		}
-		ids[m.Header.Get(events.HeaderMsgID)]++
+		sum := sha256.Sum256(m.Data)
+		id := m.Header.Get(events.HeaderMsgID)
+		ids[id] = append(ids[id], fmt.Sprintf("seq %d: %x", seq, sum[:8]))
 	}
 	return ids
 }
@@ -165,18 +172,25 @@ func sameTree(t *testing.T, got, want string) {
 
 // sameIDs fails the test unless the stream holds every message id of the
 // clean run's stream exactly once, and nothing else.
-func sameIDs(t *testing.T, got, want map[string]int) {
+func sameIDs(t *testing.T, got, want map[string][]string) {
 	t.Helper()
-	for id, n := range got {
-		if n != 1 {
-			t.Errorf("message %s is %d times in the stream", id, n)
+	payload := func(at string) string { _, h, _ := strings.Cut(at, ": "); return h }
+	for id, at := range got {
+		if len(at) != 1 {
+			t.Errorf("message %s is %d times in the stream (%v)", id, len(at), at)
 		}
-		if want[id] == 0 {
+		if len(want[id]) == 0 {
 			t.Errorf("message %s is not in the clean run's stream", id)
+			continue
+		}
+		for _, a := range at {
+			if payload(a) != payload(want[id][0]) {
+				t.Errorf("message %s holds other bytes (%s) than in the clean run's stream (%s)", id, a, want[id][0])
+			}
 		}
 	}
 	for id := range want {
-		if got[id] == 0 {
+		if len(got[id]) == 0 {
 			t.Errorf("message %s is missing from the stream", id)
 		}
 	}
