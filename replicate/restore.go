@@ -289,9 +289,9 @@ func describeAt(opts RestoreOptions) string {
 
 // PointOf is the last event of the stream of r stored at or before at
 // (by the stream's own timestamps), or the event at sequence atSeq when
-// that is not 0 (or the first held after it, when it was deleted). A
-// point before r's first event is a TooEarlyError; a time after the last
-// event is the last event.
+// that is not 0 (or the last held before it, when it was deleted). A
+// point before r's first event is a TooEarlyError, a sequence after its
+// last a BeyondEndError; a time after the last event is the last event.
 func PointOf(ctx context.Context, bus *stream.Bus, r *Restorable, at time.Time, atSeq uint64) (Point, error) {
 	asked := RestoreOptions{At: at, AtSeq: atSeq}
 	if r.Messages == 0 || r.Retention == "workqueue" {
@@ -302,17 +302,12 @@ func PointOf(ctx context.Context, bus *stream.Bus, r *Restorable, at time.Time, 
 		case atSeq < r.FirstSeq:
 			return Point{}, &TooEarlyError{At: describeAt(asked), Earliest: r}
 		case atSeq > r.LastSeq:
-			return Point{}, fmt.Errorf("restore as of sequence %d: stream %s ends at sequence %d (%s)", atSeq, r.Stream, r.LastSeq, r.LastTime.UTC().Format(time.RFC3339Nano))
+			return Point{}, &BeyondEndError{AtSeq: atSeq, Restorable: r}
 		}
-		m, err := msgFrom(ctx, bus, atSeq)
-		if err != nil {
-			return Point{}, err
-		}
-		if m.Sequence != atSeq {
-			// deleted: the state as of it is the state as of the one before
-			return PointOf(ctx, bus, r, m.Time.Add(-time.Nanosecond), 0)
-		}
-		return Point{Seq: m.Sequence, Time: m.Time}, nil
+		// The state as of a deleted sequence is the state as of the last
+		// event held before it: found by sequence, not by time (a deleted
+		// last event leaves nothing after it to take a time from).
+		return lastHeldUpTo(ctx, bus, r.FirstSeq, atSeq)
 	}
 	switch {
 	case at.Before(r.FirstTime):
@@ -346,6 +341,50 @@ func PointOf(ctx context.Context, bus *stream.Bus, r *Restorable, at time.Time, 
 	}
 	return found, nil
 }
+
+// lastHeldUpTo is the last event the stream holds at or before seq,
+// first being one it holds: a binary search over sequences, so deleted
+// events (any number, the last one included) cost no time order.
+func lastHeldUpTo(ctx context.Context, bus *stream.Bus, first, seq uint64) (Point, error) {
+	m, err := msgFrom(ctx, bus, first)
+	if err != nil {
+		return Point{}, err
+	}
+	found := Point{Seq: m.Sequence, Time: m.Time}
+	lo, hi := found.Seq, seq // lo is held; nothing held lies in (hi, seq]
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		m, err := msgFrom(ctx, bus, mid)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			hi = mid - 1 // nothing held from mid on
+		case err != nil:
+			return Point{}, err
+		case m.Sequence > hi:
+			hi = mid - 1 // nothing held in [mid, hi]
+		default:
+			lo, found = m.Sequence, Point{Seq: m.Sequence, Time: m.Time}
+		}
+	}
+	return found, nil
+}
+
+// BeyondEndError is a restore asked for a sequence after the last the
+// stream has stored: there is no state as of it (yet). It names the end.
+type BeyondEndError struct {
+	AtSeq      uint64
+	Restorable *Restorable
+}
+
+func (e *BeyondEndError) Error() string {
+	r := e.Restorable
+	return fmt.Sprintf("restore as of sequence %d: stream %s ends at sequence %d (stored %s): give a sequence at most that, or --at a time",
+		e.AtSeq, r.Stream, r.LastSeq, r.LastTime.UTC().Format(time.RFC3339Nano))
+}
+
+// Permanent says the input is wrong, not the stream (exit status 1), as
+// for a sequence before the stream's first event.
+func (e *BeyondEndError) Permanent() bool { return true }
 
 // msgFrom is the first event the stream holds at or after seq.
 func msgFrom(ctx context.Context, bus *stream.Bus, seq uint64) (*jetstream.RawStreamMsg, error) {

@@ -333,3 +333,32 @@ func TestRestoreIntoPostgresDeployment(t *testing.T) {
 		t.Errorf("a second restore into the deployment: exit %d, want 2 (not empty)\n%s%s", code, out, errs)
 	}
 }
+
+// TestRestoreAtDeletedSequences: --at-seq of a deleted event restores the
+// state as of the last event held before it, found by sequence, also when
+// the deleted one is the stream's last (whose lookup used to fail with
+// exit 2, "message not found"); a sequence after the stream's end is bad
+// input like one before its start: exit 1 naming the end.
+func TestRestoreAtDeletedSequences(t *testing.T) {
+	bus := testBus(t)
+	h := pitrHistory(t, bus)
+	nats := []string{"--nats", bus.URL()}
+	mid, last := h.Phases[1].LastSeq, h.Phases[3].LastSeq
+	for _, s := range []uint64{mid - 2, mid - 1, mid, last} {
+		if err := bus.Stream.DeleteMsg(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ at, want uint64 }{{mid - 1, mid - 3}, {mid, mid - 3}, {last, last - 1}, {last - 1, last - 1}} {
+		code, out, errs := runCmd(t, append([]string{"restore", "--to", t.TempDir(), "--json", "--at-seq", strconv.FormatUint(c.at, 10)}, nats...)...)
+		var sum restoreSummary
+		if code != exitOK || json.Unmarshal([]byte(out), &sum) != nil || sum.Sequence != c.want {
+			t.Errorf("restore --at-seq %d (deleted events %d..%d and %d): exit %d, stopped at %d, want 0 at %d\n%s%s", c.at, mid-2, mid, last, code, sum.Sequence, c.want, out, errs)
+		}
+	}
+	beyond := strconv.FormatUint(last+1, 10)
+	code, out, errs := runCmd(t, append([]string{"restore", "--to", t.TempDir(), "--at-seq", beyond}, nats...)...)
+	if code != exitDiffer || !strings.Contains(errs, fmt.Sprintf("ends at sequence %d", last)) || len(strings.Split(strings.TrimSpace(errs), "\n")) != 1 {
+		t.Errorf("restore --at-seq %s after the stream's end: exit %d, want 1 naming the end on one line\n%s%s", beyond, code, out, errs)
+	}
+}
