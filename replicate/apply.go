@@ -342,6 +342,9 @@ func (w *Worker) applyPayload(ctx context.Context, model string, payload []byte,
 		if err != nil {
 			return "", err
 		}
+		if w.asOf != nil {
+			w.asOf.meta(model, meta)
+		}
 	case events.TagRevision:
 		rec, err := events.DecodeRecord(events.Msgpack, payload)
 		if err != nil {
@@ -408,6 +411,9 @@ func (w *Worker) applyPayload(ctx context.Context, model string, payload []byte,
 		}
 		if out, err = w.snk.ApplyPurge(ctx, model, pr.ResourceID, pr.PurgedTime); err != nil {
 			return "", err
+		}
+		if w.asOf != nil {
+			w.asOf.purge(model, pr.ResourceID)
 		}
 	default:
 		return "ignored", nil // a tag this sink has nothing to store for

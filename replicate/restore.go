@@ -169,7 +169,7 @@ func (e *IncompleteError) Permanent() bool { return true }
 type NotEmptyError struct{ Sink string }
 
 func (e *NotEmptyError) Error() string {
-	return fmt.Sprintf("sink %s is not empty (it holds metas): restore into an empty sink, or give --force to apply the restore onto what it holds (newer metas win)", e.Sink)
+	return fmt.Sprintf("sink %s is not empty (it holds metas): restore into an empty sink, or give --force to resume a restore into it at the same point or move it to a later one (newer metas win: a later state it holds stays, and the restore then fails saying so)", e.Sink)
 }
 
 // RestoreOptions say what to restore and where.
@@ -184,7 +184,10 @@ type RestoreOptions struct {
 	// stream's start (IncompleteError otherwise).
 	AcceptGap bool
 	// Force restores into a sink that is not empty (NotEmptyError
-	// otherwise).
+	// otherwise): to resume a restore at the same point or move it to a
+	// later one. Newer metas win, so a later state the sink holds stays:
+	// Restore then fails with a LaterStateError once everything is
+	// applied.
 	Force   bool
 	Name    string       // the sink's consumer name; the restore's own is derived from it
 	Display string       // how people see the sink, in messages and logs
@@ -214,7 +217,9 @@ type RestoreResult struct {
 // anything, a time before the earliest the stream holds (TooEarlyError),
 // a stream whose retention removed its first events (IncompleteError,
 // unless AcceptGap) and a sink that holds metas (NotEmptyError, unless
-// Force). The caller keeps ownership of bus and snk.
+// Force); with Force into a sink that held something, it fails
+// afterwards with a LaterStateError when the sink still holds what no
+// event up to the point wrote. The caller keeps ownership of bus and snk.
 func Restore(ctx context.Context, bus *stream.Bus, snk sink.Sink, opts RestoreOptions) (*RestoreResult, error) {
 	if opts.Display == "" {
 		opts.Display = opts.Name
@@ -243,15 +248,16 @@ func Restore(ctx context.Context, bus *stream.Bus, snk sink.Sink, opts RestoreOp
 			opts.Logger.Warn((&IncompleteError{Restorable: r}).Error() + "; going on because of --accept-gap")
 		}
 	}
-	if !opts.Force {
-		empty, err := sink.Empty(ctx, snk, opts.Models)
-		if err != nil {
-			return nil, fmt.Errorf("sink %s: cannot tell whether it is empty (give --force to restore into it anyway): %w", opts.Display, err)
-		}
-		if !empty {
-			return nil, &NotEmptyError{Sink: opts.Display}
-		}
+	empty, err := sink.Empty(ctx, snk, opts.Models)
+	switch {
+	case err != nil && !opts.Force:
+		return nil, fmt.Errorf("sink %s: cannot tell whether it is empty (give --force to restore into it anyway): %w", opts.Display, err)
+	case err == nil && !empty && !opts.Force:
+		return nil, &NotEmptyError{Sink: opts.Display}
 	}
+	// Into a sink that holds something (or may), newer metas win: what a
+	// later state wrote would stay. Checked once everything is applied.
+	track := opts.Force && (err != nil || !empty)
 	if err := bus.EnsureDLQ(ctx); err != nil { // a restore can dead-letter events too
 		return nil, err
 	}
@@ -265,6 +271,9 @@ func Restore(ctx context.Context, bus *stream.Bus, snk sink.Sink, opts RestoreOp
 		return nil, err
 	}
 	w.stopAt = point.Seq
+	if track {
+		w.asOf = newAsOfTracker()
+	}
 	runErr := w.Run(ctx)
 	res.Stats = w.Stats()
 	// Deleted even when ctx ended: a consumer left behind would hold
@@ -276,6 +285,15 @@ func Restore(ctx context.Context, bus *stream.Bus, snk sink.Sink, opts RestoreOp
 	}
 	if runErr != nil {
 		return res, fmt.Errorf("restore into %s up to sequence %d: %w", opts.Display, point.Seq, runErr)
+	}
+	if track {
+		checked, err := w.asOf.check(ctx, snk, opts.Models, opts.Display, point)
+		if err != nil {
+			return res, err
+		}
+		if !checked {
+			w.log.Warn("sink cannot be listed and read back: whether it still holds a state later than the restore point (newer metas win) is not checked", "sink", opts.Display)
+		}
 	}
 	return res, nil
 }

@@ -100,6 +100,9 @@ type Worker struct {
 	// it was fetched, so every event up to it has been delivered.
 	stopAt uint64
 	passed atomic.Bool
+	// asOf, set by Restore with Force into a sink that was not empty,
+	// notes the newest meta applied to each resource.
+	asOf *asOfTracker
 }
 
 // NewWorker prepares a worker that feeds snk from bus; Run starts it. The

@@ -22,7 +22,9 @@ of run, on a consumer of its own that is deleted afterwards; then stop and
 say at which sequence and time. A time before the stream's first event is
 refused naming the earliest restorable time (replicator stream info shows
 it), and so is a stream whose retention removed its first events, unless
---accept-gap; a sink that holds metas is refused unless --force.`,
+--accept-gap; a sink that holds metas is refused unless --force, which
+resumes a restore at the same point or moves it to a later one: newer metas
+win, so a sink still holding a later state afterwards fails with exit 1.`,
 	Examples: []string{
 		"replicator restore --at 2026-12-02T15:04:05Z --to /srv/restored",
 		"replicator restore --at 2h --to postgres://specstar@db/restored?revisions=true --json",
@@ -55,7 +57,7 @@ func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 	sa.register(fs, "what is written, empty: disk:/path[?options], postgres://..., s3://..., redis://..., or a deployment of --config")
 	at := fs.String("at", "", "restore as of this time: RFC 3339 (2026-12-02T15:04:05Z) or a duration ago (2h)")
 	atSeq := fs.Uint64("at-seq", 0, "restore up to this stream sequence instead")
-	force := fs.Bool("force", false, "restore into a sink that is not empty (newer metas win)")
+	force := fs.Bool("force", false, "restore into a sink that is not empty: to resume a restore at the same point or move it to a later one (newer metas win: a sink still holding a later state fails with exit 1)")
 	acceptGap := fs.Bool("accept-gap", false, "restore even though retention removed the stream's first events (the result lacks what only they held)")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
 	pos, code, ok := restoreCmd.Parse(fs, args, stdout, stderr)
@@ -112,7 +114,10 @@ func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer, lo
 		fmt.Fprintf(stdout, "restored sink %s as of sequence %d (stored %s): sequences %d..%d, %d events applied, %d dead-lettered\n",
 			sum.Sink, sum.Sequence, sum.Time.UTC().Format(time.RFC3339Nano), sum.FirstSeq, sum.Sequence, sum.Applied, sum.DeadLettered)
 	}
+	var later *replicate.LaterStateError
 	switch {
+	case errors.As(err, &later):
+		return restoreCmd.Errorf(stderr, exitDiffer, "%v", err)
 	case err != nil:
 		return restoreCmd.Errorf(stderr, exitError, "%v", err)
 	case res.DeadLettered > 0:

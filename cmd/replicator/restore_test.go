@@ -362,3 +362,57 @@ func TestRestoreAtDeletedSequences(t *testing.T) {
 		t.Errorf("restore --at-seq %s after the stream's end: exit %d, want 1 naming the end on one line\n%s%s", beyond, code, out, errs)
 	}
 }
+
+// TestRestoreForceOnlyForward: --force resumes a restore at the same
+// point or moves it to a later one, and then the sink holds the state as
+// of that point; it cannot take a sink back to an earlier point (newer
+// metas win, so a later state's metas and resources stay), which used to
+// exit 0 saying "restored as of" the earlier point while the sink held
+// the later state: now it exits 1 saying the sink holds a later state,
+// whether a restore or run wrote it.
+func TestRestoreForceOnlyForward(t *testing.T) {
+	bus := testBus(t)
+	h := pitrHistory(t, bus)
+	nats := []string{"--nats", bus.URL()}
+	restore := func(dir string, args ...string) (int, string, string) {
+		return runCmd(t, append(append([]string{"restore", "--to", dir}, args...), nats...)...)
+	}
+	seq := func(phase int) string { return strconv.FormatUint(h.Phases[phase-1].LastSeq, 10) }
+	ref := func(phase int) string {
+		dir := filepath.Join(t.TempDir(), "reference")
+		h.Reference(dir, phase)
+		return dir
+	}
+
+	// Forward: as of phase 1, then phase 3 over it, then phase 3 again.
+	fwd := filepath.Join(t.TempDir(), "forward")
+	if code, out, errs := restore(fwd, "--at-seq", seq(1)); code != exitOK {
+		t.Fatalf("restore as of phase 1: exit %d\n%s%s", code, out, errs)
+	}
+	for _, again := range []bool{false, true} {
+		if code, out, errs := restore(fwd, "--force", "--at", h.Phases[2].LastTime.Format(time.RFC3339Nano)); code != exitOK {
+			t.Errorf("restore --force as of phase 3 over phase 1 (again: %v): exit %d, want 0\n%s%s", again, code, out, errs)
+		}
+	}
+	if !sameStores(t, ref(3), fwd) {
+		t.Error("a sink restored as of phase 1, then with --force as of phase 3, differs from the reference as of phase 3")
+	}
+
+	// Back: as of the end, then phase 1 over it; and a sink run feeds.
+	back := filepath.Join(t.TempDir(), "back")
+	if code, out, errs := restore(back, "--at-seq", seq(4)); code != exitOK {
+		t.Fatalf("restore as of the end: exit %d\n%s%s", code, out, errs)
+	}
+	live := t.TempDir()
+	drain(t, bus, live)
+	for _, c := range []struct{ dir, what string }{{back, "a sink restored as of the end"}, {live, "a sink run feeds"}} {
+		code, out, errs := restore(c.dir, "--force", "--at", h.Phases[0].LastTime.Format(time.RFC3339Nano))
+		if code != exitDiffer || !strings.Contains(errs, "does not hold the state as of sequence "+seq(1)) || !strings.Contains(errs, "empty sink") ||
+			len(strings.Split(strings.TrimSpace(errs), "\n")) != 1 {
+			t.Errorf("restore --force as of phase 1 into %s: exit %d, want 1 saying it holds a later state, on one line\n%s%s", c.what, code, out, errs)
+		}
+	}
+	if sameStores(t, ref(1), back) {
+		t.Error("the sink restored as of the end holds the state as of phase 1: the check above could not fail")
+	}
+}
