@@ -26,24 +26,48 @@ import (
 	"github.com/specstar/replicator/internal/waitfor"
 )
 
-// BinaryEnv names the nats-server binary to run (default: nats-server on
-// $PATH, else /usr/sbin/nats-server).
+// BinaryEnv names the nats-server binary to run instead of the one
+// Binary builds.
 const BinaryEnv = "SPECSTAR_NATS_SERVER"
 
-// Binary is the nats-server binary the cluster runs, or an error saying
-// how to provide one.
+// Binary is the nats-server binary the cluster runs: $SPECSTAR_NATS_SERVER
+// if set, else the nats-server of this module's go.mod (the version the
+// embedded server runs and deploy/k8s deploys), built once into the
+// temporary directory. The machine's own nats-server may be far older
+// (Debian's is 2.9.10): a cluster test is about the server we ship with.
 func Binary() (string, error) {
 	if b := os.Getenv(BinaryEnv); b != "" {
 		return b, nil
 	}
-	if b, err := exec.LookPath("nats-server"); err == nil {
-		return b, nil
+	// The tests run inside this module, whose go.mod pins the version
+	// (a test binary's build info lists no dependencies).
+	v, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", serverModule).Output()
+	version := strings.TrimSpace(string(v))
+	if err != nil || version == "" {
+		return "", fmt.Errorf("the version of %s in go.mod (go list -m: %v): name a nats-server binary in $%s", serverModule, err, BinaryEnv)
 	}
-	if _, err := os.Stat("/usr/sbin/nats-server"); err == nil {
-		return "/usr/sbin/nats-server", nil
+	bin := filepath.Join(os.TempDir(), "specstar-nats-server-"+version, "nats-server")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
 	}
-	return "", fmt.Errorf("no nats-server binary: install one on $PATH or name it in $%s", BinaryEnv)
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		return "", fmt.Errorf("nats-server %s: %w", version, err)
+	}
+	// Built beside its place and renamed into it, so that test binaries
+	// building at once never run a half-written one.
+	tmp := fmt.Sprintf("%s.%d", bin, os.Getpid())
+	out, err := exec.Command("go", "build", "-o", tmp, serverModule).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("build nats-server %s (or name one in $%s): %v\n%s", version, BinaryEnv, err, out)
+	}
+	if err := os.Rename(tmp, bin); err != nil {
+		return "", fmt.Errorf("nats-server %s: %w", version, err)
+	}
+	return bin, nil
 }
+
+// serverModule is the nats-server module (its root is the command).
+const serverModule = "github.com/nats-io/nats-server/v2"
 
 // Node is one server of the cluster.
 type Node struct {
