@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"github.com/specstar/replicator/internal/deployment"
 	"github.com/specstar/replicator/internal/progress"
 	"github.com/specstar/replicator/replicate"
-	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/source/export"
 	s3src "github.com/specstar/replicator/source/s3"
@@ -232,37 +230,21 @@ func (p *pointInTime) restore(ctx context.Context, fs *flag.FlagSet, out string,
 		return "", nil, exitError, err
 	}
 	defer bus.Close()
-	abs, err := filepath.Abs(out)
-	if err != nil {
-		return "", nil, exitError, err
-	}
-	dir, err := os.MkdirTemp(filepath.Dir(abs), ".specstar-export-")
-	if err != nil {
-		return "", nil, exitError, fmt.Errorf("a temporary tree beside %s: %w", out, err)
-	}
-	spec, err := sink.Parse("disk:" + dir)
-	if err != nil {
-		return dir, nil, exitError, err
-	}
-	spec.SyncPerBatchUnlessSet() // a tree thrown away afterwards: one syncfs a batch is plenty
-	snk, err := spec.Open(ctx)
-	if err != nil {
-		return dir, nil, exitError, err
-	}
-	res, err := replicate.Restore(ctx, bus, snk, replicate.RestoreOptions{
+	dir, res, err := replicate.RestoreTree(ctx, bus, out, replicate.RestoreOptions{
 		Config: replicate.DefaultConfig(), At: at, AtSeq: p.atSeq, AcceptGap: p.acceptGap,
 		Name: "export", Display: "stream " + cfg.Stream, Logger: log,
 	})
-	if cerr := snk.Close(); cerr != nil && err == nil {
-		err = fmt.Errorf("close the temporary tree %s: %w", dir, cerr)
-	}
+	var dead *replicate.DeadLetteredError
+	var tree *replicate.TreeError
 	switch {
+	case errors.As(err, &tree):
+		return dir, nil, exitError, err
+	case errors.As(err, &dead):
+		return dir, nil, exitDiffer, err
 	case err != nil && res == nil:
 		return dir, nil, cli.InputCode(err), err
 	case err != nil:
 		return dir, nil, exitError, err
-	case res.DeadLettered > 0:
-		return dir, nil, exitDiffer, fmt.Errorf("%d events of stream %s could not be restored and were dead-lettered, so the archive would lack them (replicator dlq list --consumer %s); nothing was written", res.DeadLettered, cfg.Stream, res.Consumer)
 	}
 	return dir, res, exitOK, nil
 }
