@@ -29,12 +29,7 @@ import (
 	"github.com/specstar/replicator/stream"
 )
 
-func pgDSN() string {
-	if dsn := os.Getenv("PG_DSN"); dsn != "" {
-		return dsn
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
+func pgDSN() string { return pgtest.SharedDSN() }
 
 func payload(title string, n int) events.Value {
 	return events.Struct{Declared: 2, Fields: []events.StructField{{Name: "title", Value: title}, {Name: "n", Value: int64(n)}}}

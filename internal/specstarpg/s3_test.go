@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
-	"os"
 	"slices"
 	"testing"
 
@@ -18,15 +17,11 @@ import (
 
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/internal/s3test"
 )
 
-func pgDSN() string {
-	if dsn := os.Getenv("PG_DSN"); dsn != "" {
-		return dsn
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
+func pgDSN() string { return pgtest.SharedDSN() }
 
 func randomPrefix() string {
 	var b [4]byte

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
-	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/internal/testfixtures"
 	"github.com/specstar/replicator/sink/disk"
 	"github.com/specstar/replicator/sink/internal/sinktestutil"
@@ -34,12 +34,7 @@ import (
 // record is one decoded record of a fixture archive.
 type record = sinktestutil.Record
 
-func pgTestDSN() string {
-	if dsn := os.Getenv("PG_DSN"); dsn != "" {
-		return dsn
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
+func pgTestDSN() string { return pgtest.SharedDSN() }
 
 // pgDSNWith adds connection parameters to the test DSN (URL or key=value).
 func pgDSNWith(params ...string) string {

@@ -8,12 +8,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/internal/specstarpg"
 	"github.com/specstar/replicator/internal/waitfor"
 	"github.com/specstar/replicator/sink"
@@ -25,12 +25,7 @@ import (
 // the machine's cluster. They fail, never skip, when it cannot be reached.
 // Each test writes tables of its own random prefix and drops them.
 
-func pgTestDSN() string {
-	if dsn := os.Getenv("PG_DSN"); dsn != "" {
-		return dsn
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
+func pgTestDSN() string { return pgtest.SharedDSN() }
 
 func randomPrefix() string {
 	var b [4]byte
