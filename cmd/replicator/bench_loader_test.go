@@ -17,6 +17,7 @@ import (
 
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/fsprobe"
 	"github.com/specstar/replicator/internal/synth"
 )
 
@@ -241,20 +242,39 @@ func timed(name string, run func(root string) error) benchSide {
 // after a settleDisk, the first side changing from one iteration to the
 // next (each side leaves a tree behind, which slows the next), and
 // returns each side's total time.
+//
+// Before each side it probes what creating an inode costs the file system
+// (fsprobe, into the kept trees) and logs it; the mean is reported as
+// fs-create-sys-us/inode, so a run made on a file system still paying for
+// a deleted tree says so.
 func takeTurns(b *testing.B, sides []benchSide) []time.Duration {
 	b.Helper()
+	kept, err := keptTrees()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("trees under %s: %s", kept, fsprobe.Describe(kept))
 	took := make([]time.Duration, len(sides))
+	var probed time.Duration
+	probes := 0
 	for i := 0; b.Loop(); i++ {
 		for j := range sides {
 			k := (i + j) % len(sides)
 			settleDisk()
+			cost, _, err := fsprobe.Cost(kept, 500)
+			if err != nil {
+				b.Fatal(err)
+			}
+			probed, probes = probed+cost, probes+1
 			d, err := sides[k].run(keptTree(b))
 			if err != nil {
 				b.Fatal(err)
 			}
+			b.Logf("iteration %d, %s: %.2fs (an inode cost the file system %.0f µs of system CPU just before)", i+1, sides[k].name, d.Seconds(), float64(cost.Nanoseconds())/1000)
 			took[k] += d
 		}
 	}
+	b.ReportMetric(float64(probed.Nanoseconds())/1000/float64(probes), "fs-create-sys-us/inode")
 	return took
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/cli"
+	"github.com/specstar/replicator/internal/fsprobe"
 	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/internal/specstarpg"
 	"github.com/specstar/replicator/stream"
@@ -282,6 +283,10 @@ type loadRun struct {
 	// apart) and this process (the load generator and the watchers).
 	tailCPU, replCPU, pgCPU, walsenderCPU, backendCPU, selfCPU float64
 	tailSys, replSys                                           float64 // the kernel's part
+	// fsCreate is the system CPU per inode created where the disk sink
+	// writes, probed just before the load (fsprobe): what the file system
+	// charged at that moment.
+	fsCreate float64
 }
 
 // BenchmarkTailLoad measures the live tail under SpecStar-shaped load
@@ -322,13 +327,22 @@ type loadRun struct {
 func BenchmarkTailLoad(b *testing.B) {
 	repl := buildBinary(b, "../replicator")
 	writer := buildBinary(b, ".")
+	// The disk sinks' trees are kept until every sub-benchmark is done: on
+	// ext4 without a journal, deleting one would make the next run's
+	// inodes several times dearer for minutes (fsprobe).
+	trees, err := os.MkdirTemp(os.Getenv("BENCH_TAIL_DISK_DIR"), "tailload-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(trees) })
+	b.Logf("disk sinks under %s: %s", trees, fsprobe.Describe(trees))
 	for _, rate := range []int{500, 1000, 5000} {
 		for _, sink := range []string{"disk", "postgres"} {
 			for _, history := range []int{10, 1000} {
 				b.Run(fmt.Sprintf("rate=%d/sink=%s/history=%d", rate, sink, history), func(b *testing.B) {
 					var r loadRun
 					for b.Loop() {
-						r = tailLoadRun(b, writer, repl, rate, sink, history)
+						r = tailLoadRun(b, writer, repl, trees, rate, sink, history)
 					}
 					b.ReportMetric(float64(r.writes), "writes")
 					b.ReportMetric(r.rate, "writes/s")
@@ -353,13 +367,16 @@ func BenchmarkTailLoad(b *testing.B) {
 					b.ReportMetric(r.walsenderCPU, "pg-walsender-cpu-us/write")
 					b.ReportMetric(r.backendCPU, "pg-backends-cpu-us/write")
 					b.ReportMetric(r.selfCPU, "loadgen-cpu-us/write")
+					if sink == "disk" {
+						b.ReportMetric(r.fsCreate, "fs-create-sys-us/inode")
+					}
 				})
 			}
 		}
 	}
 }
 
-func tailLoadRun(b *testing.B, writer, repl string, rate int, sink string, history int) loadRun {
+func tailLoadRun(b *testing.B, writer, repl, trees string, rate int, sink string, history int) loadRun {
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cluster := pgtest.StartLogical(b)
@@ -417,20 +434,18 @@ func tailLoadRun(b *testing.B, writer, repl string, rate int, sink string, histo
 	})
 
 	// The sink.
-	var sinkURL string
+	var sinkURL, sinkDir string
 	var count sinkCounter
 	switch sink {
 	case "disk":
-		dir := b.TempDir()
-		if parent := os.Getenv("BENCH_TAIL_DISK_DIR"); parent != "" {
-			// Another file system (/dev/shm: what the sink costs where
-			// creating a file costs the kernel little).
-			var err error
-			if dir, err = os.MkdirTemp(parent, "tailload-"); err != nil {
-				b.Fatal(err)
-			}
-			defer os.RemoveAll(dir)
+		// Under BENCH_TAIL_DISK_DIR when set: another file system
+		// (/dev/shm: what the sink costs where creating a file costs the
+		// kernel little).
+		dir, err := os.MkdirTemp(trees, "sink-")
+		if err != nil {
+			b.Fatal(err)
 		}
+		sinkDir = dir
 		sinkURL, count = dir+os.Getenv("BENCH_TAIL_DISK_OPTS"), diskCounter(dir)
 	case "postgres":
 		admin, err := pgx.Connect(ctx, cluster.DSN)
@@ -566,6 +581,12 @@ func tailLoadRun(b *testing.B, writer, repl string, rate int, sink string, histo
 	watcher := startWatcher(ctx, count)
 	onStream := startWatcher(ctx, streamCounter(b, bus))
 	sampleEvery := max(1, rate/loadSample)
+	var fsCreate time.Duration
+	if sinkDir != "" {
+		if fsCreate, _, err = fsprobe.Cost(trees, 500); err != nil {
+			b.Fatal(err)
+		}
+	}
 	loadBefore := loadAvg()
 	cpuBefore, err := sampleCPU(tail.Process.Pid, cmd.Process.Pid, postmaster)
 	if err != nil {
@@ -665,6 +686,7 @@ func tailLoadRun(b *testing.B, writer, repl string, rate int, sink string, histo
 		walsenderCPU: perWrite(wsBefore, wsAfter, n),
 		backendCPU:   perWrite(beBefore, beAfter, n),
 		selfCPU:      perWrite(cpuBefore.self, cpuAfter.self, n),
+		fsCreate:     float64(fsCreate.Nanoseconds()) / 1000,
 	}
 }
 
