@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -73,6 +74,19 @@ func lagSinkCount(dir, rid string) int64 {
 	raw, err := os.ReadFile(filepath.Join(dir, lagModel, "meta", rid+".data"))
 	if err != nil {
 		return 0
+	}
+	// The benchmarks look at every watched resource every few ms: the
+	// count is read straight out of the compact JSON SpecStar's encoding
+	// writes, and the whole meta decoded only when that fails.
+	if i := bytes.Index(raw, []byte(`"total_revision_count":`)); i >= 0 {
+		digits := raw[i+len(`"total_revision_count":`):]
+		end := 0
+		for end < len(digits) && digits[end] >= '0' && digits[end] <= '9' {
+			end++
+		}
+		if n, err := strconv.ParseInt(string(digits[:end]), 10, 64); err == nil && end < len(digits) && (digits[end] == ',' || digits[end] == '}') {
+			return n
+		}
 	}
 	m, err := events.DecodeResourceMeta(events.JSON, raw)
 	if err != nil {

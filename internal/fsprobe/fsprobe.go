@@ -7,8 +7,10 @@
 // deleted in the last minute or more (ialloc.c's recently_deleted), so a
 // tree deleted just before a run (a test's cleanup, the previous
 // benchmark's) makes each new file and directory several times dearer for
-// minutes. A benchmark that reports Cost beside its timings says which
-// state it measured in.
+// minutes (six, measured, while new inodes keep their inode table blocks
+// dirty). A benchmark that reports Cost beside its timings says which
+// state it measured in; Cost's own inodes land in one or two block
+// groups, so it understates what a large tree meets.
 package fsprobe
 
 import (
