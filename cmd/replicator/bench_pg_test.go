@@ -147,6 +147,30 @@ func benchPGRowsOf(b *testing.B, archive string) *benchPGRows {
 	return rows
 }
 
+// benchPGSettle starts a timed part from the same state as the other:
+// Postgres checkpointed (a checkpoint that the previous part's WAL would
+// set off lands in neither) and the page cache written back (the
+// untimed setup's files, such as the drain's backlog stream, are not
+// written back during the timed part). It returns the checkpoints
+// Postgres has made so far, to count those made during the part.
+func benchPGSettle(b *testing.B, conn *pgx.Conn) int64 {
+	if _, err := conn.Exec(context.Background(), "CHECKPOINT"); err != nil {
+		b.Fatalf("CHECKPOINT (the benchmark's role must be a superuser or have pg_checkpoint): %v", err)
+	}
+	syscall.Sync()
+	return benchPGCheckpoints(b, conn)
+}
+
+// benchPGCheckpoints is how many checkpoints Postgres has made since its
+// statistics were reset, timed and requested.
+func benchPGCheckpoints(b *testing.B, conn *pgx.Conn) int64 {
+	var n int64
+	if err := conn.QueryRow(context.Background(), "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter").Scan(&n); err != nil {
+		b.Fatalf("pg_stat_bgwriter: %v", err)
+	}
+	return n
+}
+
 // benchCPU is the CPU time (user and system) this process has used.
 func benchCPU() time.Duration {
 	var ru syscall.Rusage
@@ -231,6 +255,7 @@ func BenchmarkPostgresReplayVsCOPY(b *testing.B) {
 			benchPGDrop(b, conn, prefix)
 			b.Fatal(err)
 		}
+		ckpt := benchPGSettle(b, conn)
 		cpu0 := benchCPU()
 		start := time.Now()
 		for _, c := range []struct {
@@ -253,6 +278,7 @@ func BenchmarkPostgresReplayVsCOPY(b *testing.B) {
 		}
 		tookCopy := time.Since(start)
 		cpuCopy := benchCPU() - cpu0
+		ckptCopy := benchPGCheckpoints(b, conn) - ckpt
 		plain += tookCopy
 		benchPGDrop(b, conn, prefix)
 
@@ -263,6 +289,7 @@ func BenchmarkPostgresReplayVsCOPY(b *testing.B) {
 		var out, errs bytes.Buffer
 		args := []string{"run", "--nats", bus.URL(), "--until-drained", "--listen", "", "--sink", sinkURL(prefix)}
 		args = append(args, strings.Fields(os.Getenv("BENCH_PG_RUN_ARGS"))...) // --max-batch N, ...
+		ckpt = benchPGSettle(b, conn)
 		stopProfile := benchProfile(b, fmt.Sprintf("drain-%d.pprof", iter))
 		cpu0 = benchCPU()
 		start = time.Now()
@@ -270,6 +297,7 @@ func BenchmarkPostgresReplayVsCOPY(b *testing.B) {
 		tookDrain := time.Since(start)
 		stopProfile()
 		cpuDrain := benchCPU() - cpu0
+		ckptDrain := benchPGCheckpoints(b, conn) - ckpt
 		drain += tookDrain
 		bus.Close()
 		if code != exitOK {
@@ -281,9 +309,9 @@ func BenchmarkPostgresReplayVsCOPY(b *testing.B) {
 		if n != want {
 			b.Fatalf("the drain wrote %v rows (metas, resource_data, resource_index), want %v", n, want)
 		}
-		line := fmt.Sprintf("run %d: copy %.2fs (%.0f revs/s, this process's CPU %.2fs), drain %.2fs (%.0f revs/s, CPU %.2fs), drain/copy %.2f",
-			iter, tookCopy.Seconds(), float64(len(rows.datas))/tookCopy.Seconds(), cpuCopy.Seconds(),
-			tookDrain.Seconds(), float64(len(rows.datas))/tookDrain.Seconds(), cpuDrain.Seconds(), tookCopy.Seconds()/tookDrain.Seconds())
+		line := fmt.Sprintf("run %d: copy %.2fs (%.0f revs/s, this process's CPU %.2fs, %d checkpoints), drain %.2fs (%.0f revs/s, CPU %.2fs, %d checkpoints), drain/copy %.2f",
+			iter, tookCopy.Seconds(), float64(len(rows.datas))/tookCopy.Seconds(), cpuCopy.Seconds(), ckptCopy,
+			tookDrain.Seconds(), float64(len(rows.datas))/tookDrain.Seconds(), cpuDrain.Seconds(), ckptDrain, tookCopy.Seconds()/tookDrain.Seconds())
 
 		// The whole mirror into new tables (replay and drain overlap).
 		if withMirror {
