@@ -151,7 +151,8 @@ func benchPGRowsOf(b *testing.B, archive string) *benchPGRows {
 }
 
 // pgSettler brings Postgres and the page cache to the same state before
-// each timed part, so that neither part pays for the other: Postgres
+// the baseline's COPY and before the drain, so that neither pays for the
+// other: Postgres
 // checkpointed (a checkpoint that the previous part's WAL would set off
 // lands in neither) and this machine's page cache written back (the
 // untimed setup's files, such as the drain's backlog stream, are not
@@ -262,9 +263,10 @@ func benchProfile(b *testing.B, name string) func() {
 // fresh embedded JetStream stream (untimed, as a sink that was down would
 // find it), then `replicator run --until-drained --sink
 // postgres://...?table_prefix=P&revisions=true` drains it into new tables
-// with the sink's newer-wins compare-and-swap (timed: drain/copy). Each
-// timed part starts after a CHECKPOINT and a sync (pgSettler), and its
-// log line says how many checkpoints fell in it. With
+// with the sink's newer-wins compare-and-swap (timed: drain/copy). The
+// COPY and the drain each start after a CHECKPOINT and a sync
+// (pgSettler), and the log line says how many checkpoints fell in each.
+// With
 // REPLICATOR_BENCH_MIRROR=1 it also times the whole `replicator mirror
 // --to postgres://...` (replay and drain overlapping: sink/copy). With
 // BENCH_PG_PROFILE=DIR it writes a CPU profile of each drain there.
