@@ -50,6 +50,12 @@ func (a *Auth) Register(fs *flag.FlagSet) {
 	fs.StringVar(&a.TLSKey, "tls-key", "", "PEM key of --tls-cert")
 }
 
+// RegisterSyncInterval adds --sync-interval, the embedded server's flush
+// policy (Config.SyncInterval), to a command that may host that server.
+func (c *Config) RegisterSyncInterval(fs *flag.FlagSet) {
+	fs.DurationVar(&c.SyncInterval, "sync-interval", 0, "embedded server: how often stream files are flushed to disk (0: before every acknowledgement, so acknowledged events survive a power cut; nats-server's own default is 2m)")
+}
+
 // IsZero reports whether no setting is given.
 func (a Auth) IsZero() bool { return a == Auth{} }
 

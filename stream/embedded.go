@@ -76,11 +76,12 @@ func embeddedToken(dataDir string, create bool) (string, error) {
 // startOrJoinEmbedded returns the URL of the embedded server for dataDir
 // and the token it requires, starting it (and returning it as e) if no
 // other process runs it.
-func startOrJoinEmbedded(dataDir string, maxPayload int32, domain string, log *slog.Logger) (e *embedded, url, token string, err error) {
+func startOrJoinEmbedded(cfg Config, log *slog.Logger) (e *embedded, url, token string, err error) {
+	dataDir := cfg.DataDir
 	if err := privateDataDir(dataDir); err != nil {
 		return nil, "", "", err
 	}
-	e, err = tryHostEmbedded(dataDir, maxPayload, domain, 0)
+	e, err = tryHostEmbedded(cfg, 0)
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -100,11 +101,12 @@ func startOrJoinEmbedded(dataDir string, maxPayload int32, domain string, log *s
 	return e, e.url, e.token, nil
 }
 
-// tryHostEmbedded takes dataDir's lock and starts the embedded server on
-// it, on port if that is not 0 and can be bound, else on a random loopback
-// port, and records its URL in the directory. It returns nil, nil when
-// another process holds the lock (and so runs the server).
-func tryHostEmbedded(dataDir string, maxPayload int32, domain string, port int) (*embedded, error) {
+// tryHostEmbedded takes cfg.DataDir's lock and starts the embedded server
+// on it, on port if that is not 0 and can be bound, else on a random
+// loopback port, and records its URL in the directory. It returns nil, nil
+// when another process holds the lock (and so runs the server).
+func tryHostEmbedded(cfg Config, port int) (*embedded, error) {
+	dataDir := cfg.DataDir
 	lf, err := os.OpenFile(filepath.Join(dataDir, lockFile), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS lock: %w", err)
@@ -141,10 +143,10 @@ func tryHostEmbedded(dataDir string, maxPayload int32, domain string, port int) 
 		StoreDir:   filepath.Join(dataDir, "jetstream"),
 		NoSigs:     true,
 		NoLog:      true,
-		MaxPayload: maxPayload,
+		MaxPayload: cfg.MaxPayload,
 		// JetStreamDomain names this server's JetStream in leaf-node
 		// setups (Config.Domain); empty is nats-server's default.
-		JetStreamDomain: domain,
+		JetStreamDomain: cfg.Domain,
 		Authorization:   token,
 		// Clients joining through the data directory insist on TLS with
 		// the directory's certificate (embeddedClientTLS); a client
@@ -152,6 +154,13 @@ func tryHostEmbedded(dataDir string, maxPayload int32, domain string, port int) 
 		TLSConfig:   tlsConfig,
 		TLSTimeout:  10, // seconds: a handshake on a loaded machine
 		AllowNonTLS: true,
+	}
+	// Config.SyncInterval: "always" unless an interval was chosen, so
+	// that JetStream's acknowledgement means the event is on disk.
+	if cfg.SyncInterval > 0 {
+		opts.SyncInterval = cfg.SyncInterval
+	} else {
+		opts.SyncAlways = true
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {

@@ -57,6 +57,14 @@ type Config struct {
 	DuplicateWindow time.Duration
 	// MaxPayload of the embedded server (default 1 MiB, as nats-server's).
 	MaxPayload int32
+	// SyncInterval is how often the embedded server flushes its stream
+	// files to disk. 0 (the default) is nats-server's sync_interval
+	// "always": every stored event is fsynced before JetStream
+	// acknowledges it, so an acknowledged event survives a power cut. A
+	// positive interval (nats-server's own default is 2m) is faster, but
+	// a power cut loses what was acknowledged since the last flush.
+	// An external server's policy is set in its own configuration.
+	SyncInterval time.Duration
 	// Domain is the JetStream domain of the embedded server (empty: none).
 	// It names a region in a leaf-node setup, so that another region can
 	// mirror this one's stream with MirrorDomain. An external server's
@@ -185,7 +193,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 		return nil, err
 	}
 	if url == "" {
-		e, u, token, err := startOrJoinEmbedded(cfg.DataDir, cfg.MaxPayload, cfg.Domain, log)
+		e, u, token, err := startOrJoinEmbedded(cfg, log)
 		if err != nil {
 			return nil, err
 		}
@@ -697,7 +705,7 @@ func (b *Bus) keepEmbedded() {
 		case <-b.lost:
 		}
 		for !b.NC.IsConnected() && !b.NC.IsClosed() && !b.hostsEmbedded() {
-			e, err := tryHostEmbedded(b.cfg.DataDir, b.cfg.MaxPayload, b.cfg.Domain, b.dialer.port())
+			e, err := tryHostEmbedded(b.cfg, b.dialer.port())
 			if err != nil {
 				b.log.Warn("cannot take over the embedded NATS server", "data_dir", b.cfg.DataDir, "err", err)
 			}

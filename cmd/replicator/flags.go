@@ -54,6 +54,7 @@ func (b *busFlags) registerConn(fs *flag.FlagSet) {
 	fs.StringVar(&b.cfg.SubjectPrefix, "subject-prefix", "specstar", "subject prefix of events")
 	fs.StringVar(&b.cfg.DataDir, "data-dir", stream.DefaultDataDir(), "embedded server's data directory")
 	fs.StringVar(&b.cfg.Domain, "domain", "", "JetStream domain of the embedded server")
+	b.cfg.RegisterSyncInterval(fs)
 	b.cfg.Auth.Register(fs)
 }
 

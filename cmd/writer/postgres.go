@@ -79,6 +79,7 @@ func (f *pgFlags) register(fs *flag.FlagSet, stderr io.Writer) {
 	fs.StringVar(&f.cfg.Stream, "stream", "SPECSTAR", "JetStream stream name")
 	fs.StringVar(&f.cfg.SubjectPrefix, "subject-prefix", "specstar", "subject prefix of events")
 	fs.StringVar(&f.cfg.DataDir, "data-dir", stream.DefaultDataDir(), "embedded server's data directory")
+	f.cfg.RegisterSyncInterval(fs)
 	f.cfg.Auth.Register(fs)
 	fs.IntVar(&f.inflight, "max-inflight", 512, "published events awaiting their acknowledgement at most")
 }

@@ -55,6 +55,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	fs.StringVar(&cfg.Stream, "stream", "SPECSTAR", "JetStream stream name")
 	fs.StringVar(&cfg.SubjectPrefix, "subject-prefix", "specstar", "subject prefix of events")
 	fs.StringVar(&cfg.DataDir, "data-dir", stream.DefaultDataDir(), "embedded server's data directory")
+	cfg.RegisterSyncInterval(fs)
 	cfg.Auth.Register(fs)
 	fs.IntVar(&cfg.Replicas, "replicas", 1, "stream replicas (clustered servers)")
 	configPath := fs.String("config", os.Getenv("SPECSTAR_CONFIG"), "YAML file with nats settings (default $SPECSTAR_CONFIG), as every command takes")

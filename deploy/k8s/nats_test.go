@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/specstar/replicator/internal/deployment"
+	"github.com/specstar/replicator/internal/natscluster"
 )
 
 // natsCluster is the NATS StatefulSet of a rendered overlay, with its
@@ -120,6 +121,11 @@ func checkNATS(t *testing.T, r rendered) {
 	if len(n.w.claims) == 0 {
 		t.Errorf("%s: no volumeClaimTemplates: the servers would share or lose their JetStream files", n.w)
 	}
+	// An acknowledged event must be on disk: the writers confirm source
+	// positions on JetStream's acknowledgement.
+	if js := regexp.MustCompile(`(?s)jetstream\s*\{[^}]*\}`).FindString(n.conf[filepath.Base(n.main)]); !regexp.MustCompile(`(?m)^\s*sync_interval:\s*"?always"?\s*$`).MatchString(js) {
+		t.Errorf("%s: the jetstream block does not set sync_interval: always, so a power cut loses acknowledged events:\n%s", n.main, js)
+	}
 	var sts string
 	for _, s := range objectsOf[appsv1.StatefulSet](r) {
 		if s.Name == n.w.name {
@@ -156,13 +162,12 @@ func checkNATS(t *testing.T, r rendered) {
 		t.Errorf("routes name %q, want all of %q", routes, want)
 	}
 
-	// The real nats-server accepts the configuration, includes and all.
-	server, err := exec.LookPath("nats-server")
+	// The real nats-server accepts the configuration, includes and all:
+	// the go.mod's version, the one the image runs (Debian's 2.9.10 knows
+	// no sync_interval).
+	server, err := natscluster.Binary()
 	if err != nil {
-		if _, e := os.Stat("/usr/sbin/nats-server"); e != nil {
-			t.Fatalf("nats-server not found (apt-get install nats-server; .ci/run does): it checks the cluster's configuration")
-		}
-		server = "/usr/sbin/nats-server"
+		t.Fatalf("nats-server checks the cluster's configuration: %v", err)
 	}
 	// The certificates and the user's public nkey are the Secrets' part: a
 	// CA and a server certificate made here, at the path the pod mounts.

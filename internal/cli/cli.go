@@ -52,7 +52,7 @@ var groups = map[string]Group{
 	"from": GroupSource, "from-meta": GroupSource, "from-resources": GroupSource, "from-blobs": GroupSource,
 	"archive": GroupSource, "source": GroupSource, "source-resources": GroupSource, "source-blobs": GroupSource,
 	"to": GroupSink, "sink": GroupSink, "meta": GroupSink, "resources": GroupSink, "blobs": GroupSink, "consumer": GroupSink,
-	"nats": GroupStream, "stream": GroupStream, "subject-prefix": GroupStream, "data-dir": GroupStream, "replicas": GroupStream,
+	"nats": GroupStream, "stream": GroupStream, "subject-prefix": GroupStream, "data-dir": GroupStream, "sync-interval": GroupStream, "replicas": GroupStream,
 	"max-age": GroupStream, "max-bytes": GroupStream, "retention": GroupStream, "duplicate-window": GroupStream,
 	"mirror-of": GroupStream, "mirror-domain": GroupStream, "mirror-api-prefix": GroupStream, "domain": GroupStream,
 	"config": GroupStream, "max-inflight": GroupStream, "nats-creds": GroupStream, "nats-nkey": GroupStream,

@@ -44,7 +44,7 @@ type Config struct {
 // busFlagNames are the keys the nats section accepts: the bus flags of
 // `writer` and `replicator`.
 var busFlagNames = []string{
-	"url", "nats", "stream", "subject-prefix", "data-dir", "replicas", "max-age", "max-bytes",
+	"url", "nats", "stream", "subject-prefix", "data-dir", "sync-interval", "replicas", "max-age", "max-bytes",
 	"retention", "duplicate-window", "mirror-of", "mirror-domain", "mirror-api-prefix", "domain",
 	"max-inflight", "nats-creds", "nats-nkey", "tls-ca", "tls-cert", "tls-key",
 }
