@@ -8,5 +8,13 @@ import (
 
 // TestMain keeps every temporary file of this package's tests, and of the
 // processes they start, in one run directory that is removed at the end
-// (or swept by the next run, when this one is killed).
-func TestMain(m *testing.M) { testtmp.Main(m) }
+// (or swept by the next run, when this one is killed). Started with
+// $SPECSTAR_TEST_HOST_BUS, the test binary is instead a bus host (see
+// hostBus) that a power-cut test stops and kills.
+func TestMain(m *testing.M) {
+	if dir := hostBusDir(); dir != "" {
+		hostBus(dir)
+		return
+	}
+	testtmp.Main(m)
+}
