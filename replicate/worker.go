@@ -222,6 +222,11 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 		return err
 	}
 	if w.stopAt == 0 { // a restore checked what retention removed itself
+		if m, ok := w.snk.(Marker); ok {
+			if cons, err = w.checkMark(ctx, m, cons); err != nil {
+				return err
+			}
+		}
 		if err := w.checkGap(ctx, cons); err != nil {
 			return err
 		}
