@@ -143,6 +143,9 @@ func TestScaleOutPostgres(t *testing.T) {
 		return n, sum
 	}
 	for _, name := range one {
+		if name == "specstar_replicator_marks" {
+			continue // the replicator's own bookkeeping: when each consumer began
+		}
 		n1, s1 := digest(prefix + "o_" + name)
 		n3, s3 := digest(prefix + "n_" + name)
 		if n1 != n3 || s1 != s3 {

@@ -229,3 +229,37 @@ func (l *Sink) lister() (lister, error) {
 	}
 	return ls, nil
 }
+
+// marker is a Store that keeps a mark per consumer (replicate.Marker).
+type marker interface {
+	Marked(ctx context.Context, consumer string) (bool, error)
+	Mark(ctx context.Context, consumer string) error
+}
+
+// Marked reports whether every store that keeps marks holds consumer's,
+// so that one layer that lost its contents has the whole stream delivered
+// again (the other layers take it as duplicates). With no such store it
+// reports true: nothing can tell.
+func (l *Sink) Marked(ctx context.Context, consumer string) (bool, error) {
+	for _, a := range l.all {
+		if m, ok := a.(marker); ok {
+			marked, err := m.Marked(ctx, consumer)
+			if err != nil || !marked {
+				return false, err
+			}
+		}
+	}
+	return true, nil
+}
+
+// Mark marks every store that keeps marks.
+func (l *Sink) Mark(ctx context.Context, consumer string) error {
+	for _, a := range l.all {
+		if m, ok := a.(marker); ok {
+			if err := m.Mark(ctx, consumer); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -233,6 +233,10 @@ func Open(ctx context.Context, dsn string, opts Options) (*Sink, error) {
 	}
 	p.pool = pool
 	if opts.Revisions {
+		if err := p.dropMarksIfNew(ctx); err != nil {
+			pool.Close()
+			return nil, err
+		}
 		if err := pgEnsureResourceTables(ctx, pool, p.dataTable, p.indexTable); err != nil {
 			pool.Close()
 			return nil, err
