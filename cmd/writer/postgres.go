@@ -32,6 +32,7 @@ type tailMetrics struct {
 	restarts  prometheus.Counter
 	lsn       prometheus.Gauge
 	slotLag   prometheus.Gauge
+	resnaps   prometheus.Counter
 	streaming atomic.Bool
 }
 
@@ -42,8 +43,9 @@ func newTailMetrics() *tailMetrics {
 		restarts:  prometheus.NewCounter(prometheus.CounterOpts{Name: "specstar_tail_restarts_total", Help: "Times the tail lost its source or stream and started again."}),
 		lsn:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "specstar_tail_confirmed_lsn", Help: "Logical mode: the LSN confirmed to Postgres (everything before it is on the stream)."}),
 		slotLag:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "specstar_tail_slot_retained_wal_bytes", Help: "Logical mode: WAL the replication slot keeps on the server."}),
+		resnaps:   prometheus.NewCounter(prometheus.CounterOpts{Name: "specstar_tail_resnapshots_total", Help: "Logical mode: snapshots published again because the slot was past the stored position (the bus lost acknowledged events)."}),
 	}
-	m.reg.MustRegister(m.published, m.restarts, m.lsn, m.slotLag, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(m.published, m.restarts, m.lsn, m.slotLag, m.resnaps, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -53,6 +55,7 @@ func (m *tailMetrics) hooks(meter **progress.Meter) publish.Hooks {
 	h.Published, h.Streaming, h.Restarted = m.published.Inc, m.streaming.Store, m.restarts.Inc
 	h.ConfirmedLSN = func(lsn pglogrepl.LSN) { m.lsn.Set(float64(lsn)) }
 	h.SlotLag = func(n int64) { m.slotLag.Set(float64(n)) }
+	h.Resnapshot = m.resnaps.Inc
 	return h
 }
 

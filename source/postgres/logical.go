@@ -277,6 +277,13 @@ type LogicalHandler struct {
 	// while idle with the server's WAL position, so that an idle slot's
 	// position moves too (only once everything before was confirmed).
 	Commit func(lsn pglogrepl.LSN) error
+	// Idle (may be nil) is called on every turn of the receive loop, at
+	// least every logicalReceivePoll, so that a caller that stores its
+	// position before confirming it (at its own pace) may do so for the
+	// last LSN handed to Commit; it must return quickly when it has
+	// nothing to do. (A server shutting down waits for the confirmation
+	// of everything it sent, while keepalives keep the loop busy.)
+	Idle func() error
 	// Confirmed returns the greatest LSN whose records are durable (at
 	// first the startLSN); only it is reported to Postgres as flushed, so
 	// the slot never forgets a change that is not durable.
@@ -353,6 +360,11 @@ func (s *Source) StreamLogical(ctx context.Context, dsn string, o LogicalOptions
 		}
 		if st.pendingN > 0 && (st.pendingN >= logicalCommitBatch || time.Since(st.pendingSince) >= logicalCommitWait) {
 			if err := st.commitPending(); err != nil {
+				return err
+			}
+		}
+		if h.Idle != nil {
+			if err := h.Idle(); err != nil {
 				return err
 			}
 		}

@@ -34,8 +34,13 @@ type Hooks struct {
 	// Restarted is called when a tail lost its source or stream and is
 	// about to start again.
 	Restarted func()
-	// ConfirmedLSN reports the LSN a logical tail confirmed to Postgres.
+	// ConfirmedLSN reports the LSN a logical tail stored and confirmed to
+	// Postgres.
 	ConfirmedLSN func(pglogrepl.LSN)
+	// Resnapshot is called when a logical tail found its slot past its
+	// stored position (the bus lost acknowledged events) and publishes
+	// the deployment again.
+	Resnapshot func()
 	// SlotLag reports the WAL the replication slot retains, in bytes.
 	SlotLag func(bytes int64)
 }

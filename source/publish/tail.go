@@ -168,13 +168,41 @@ func (p *Postgres) tailLogical(ctx context.Context, dsn string, o postgres.Logic
 				return fmt.Errorf("snapshot: %w", err)
 			}
 		}
-		if stored, err := pglogrepl.ParseLSN(p.State.LSN); err == nil && stored > startLSN {
+		stored, err := pglogrepl.ParseLSN(p.State.LSN)
+		switch {
+		case err != nil:
+		case stored > startLSN:
 			startLSN = stored
+		case stored < startLSN && p.State.SnapshotDone:
+			if err := p.resnapshot(ctx, start.Slot, stored, startLSN); err != nil {
+				return err
+			}
 		}
 	}
+	// confirmed is the LSN last stored in the positions bucket: only it is
+	// confirmed to Postgres, so that a slot past the stored position means
+	// the bus lost what it had acknowledged (see resnapshot).
 	var confirmed atomic.Uint64
 	confirmed.Store(uint64(startLSN))
 	lastSave, lastLag := time.Now(), time.Time{}
+	save := func() error {
+		lsn, err := pglogrepl.ParseLSN(p.State.LSN)
+		if err != nil {
+			return fmt.Errorf("position %q: %w", p.State.LSN, err)
+		}
+		lastSave = time.Now()
+		if err := p.Save(ctx); err != nil {
+			return err
+		}
+		confirmed.Store(uint64(lsn))
+		if p.hooks.ConfirmedLSN != nil {
+			p.hooks.ConfirmedLSN(lsn)
+		}
+		return nil
+	}
+	if p.State.LSN == "" {
+		p.State.LSN = startLSN.String()
+	}
 	p.log.Info("following changes by logical replication", "slot", o.Slot, "from_lsn", startLSN.String())
 	return p.src.StreamLogical(ctx, dsn, o, startLSN, postgres.LogicalHandler{
 		Record: func(model string, rec events.Record, _ pglogrepl.LSN) error {
@@ -188,14 +216,9 @@ func (p *Postgres) tailLogical(ctx context.Context, dsn string, o postgres.Logic
 			if err := p.Flush(ctx); err != nil {
 				return err
 			}
-			confirmed.Store(uint64(lsn))
 			p.State.LSN = lsn.String()
-			if p.hooks.ConfirmedLSN != nil {
-				p.hooks.ConfirmedLSN(lsn)
-			}
 			if time.Since(lastSave) > time.Second {
-				lastSave = time.Now()
-				if err := p.Save(ctx); err != nil {
+				if err := save(); err != nil {
 					return err
 				}
 			}
@@ -210,6 +233,42 @@ func (p *Postgres) tailLogical(ctx context.Context, dsn string, o postgres.Logic
 			}
 			return nil
 		},
+		Idle: func() error {
+			if p.State.LSN == pglogrepl.LSN(confirmed.Load()).String() || time.Since(lastSave) < idleSave {
+				return nil
+			}
+			return save()
+		},
 		Confirmed: func() pglogrepl.LSN { return pglogrepl.LSN(confirmed.Load()) },
 	})
+}
+
+// idleSave is how soon after the last one a logical tail stores (and
+// then confirms) its position when the stream is between transactions;
+// under load it stores every second, from Commit.
+const idleSave = 200 * time.Millisecond
+
+// resnapshot publishes the deployment's whole current state again when
+// the replication slot is past the position last stored in the positions
+// bucket. The tail stores a position before it confirms it to Postgres,
+// so that can only mean the bus lost acknowledged writes (a power cut of
+// servers that did not fsync, as nats-server does not by default, loses
+// the stream's newest events and the bucket's newest positions together)
+// or the bucket was replaced: the changes the slot has moved past may be
+// missing from the stream, and no slot can go back. The snapshot puts
+// every resource's revisions on the stream again (the sinks take what
+// they hold as duplicates); deletes in the lost window are not events of
+// a snapshot, and `replicator reconcile --prune` finds what they leave.
+func (p *Postgres) resnapshot(ctx context.Context, slot string, stored, slotLSN pglogrepl.LSN) error {
+	p.log.Warn("the replication slot is past the last stored position: the bus lost events it had acknowledged (or its positions bucket was replaced); publishing the whole deployment again",
+		"slot", slot, "slot_lsn", slotLSN.String(), "stored_lsn", stored.String())
+	if p.hooks.Resnapshot != nil {
+		p.hooks.Resnapshot()
+	}
+	p.State = PostgresState{}
+	if _, err := p.Snapshot(ctx); err != nil {
+		return fmt.Errorf("snapshot after the bus lost events: %w", err)
+	}
+	p.State.LSN = slotLSN.String()
+	return p.Save(ctx)
 }
