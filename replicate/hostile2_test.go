@@ -272,6 +272,13 @@ func TestSharedUIDIsDeadLetteredByPostgres(t *testing.T) {
 // whose payload names rid.
 func publishRevision(ctx context.Context, t *testing.T, bus *stream.Bus, rid, uid, updated string) {
 	t.Helper()
+	publishRevisionWith(ctx, t, bus, rid, uid, updated, func(map[string]string) {})
+}
+
+// publishRevisionWith is publishRevision with the event's headers changed
+// by edit before it is published, as a hostile or broken publisher would.
+func publishRevisionWith(ctx context.Context, t *testing.T, bus *stream.Bus, rid, uid, updated string, edit func(h map[string]string)) {
+	t.Helper()
 	data := []byte(`{"who":"` + rid + `"}`)
 	at, err := events.ParseTime(updated)
 	if err != nil {
@@ -299,6 +306,7 @@ func publishRevision(ctx context.Context, t *testing.T, bus *stream.Bus, rid, ui
 	if err != nil {
 		t.Fatal(err)
 	}
+	edit(env.Headers)
 	pub := bus.NewPublisher(1)
 	if err := pub.Publish(ctx, env); err != nil {
 		t.Fatal(err)

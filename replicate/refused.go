@@ -24,8 +24,9 @@ func (w *Worker) deadLetterRefused(ctx context.Context, msgs []jetstream.Msg) er
 		return nil
 	}
 	used := map[int]bool{}
+	revs := batchRevisions(msgs)
 	for _, ref := range refused {
-		i := refusedEvent(msgs, ref, used)
+		i := refusedEvent(revs, ref, used)
 		if i < 0 {
 			// Not an event of this batch (cannot happen while batches
 			// are flushed one at a time); logged, never lost silently.
@@ -41,40 +42,37 @@ func (w *Worker) deadLetterRefused(ctx context.Context, msgs []jetstream.Msg) er
 	return nil
 }
 
-// refusedEvent is the index in msgs of the revision event ref names, not
-// yet in used: by its resource and revision ids, and its uid where
-// several events share them; -1 if none.
-func refusedEvent(msgs []jetstream.Msg, ref sink.Refusal, used map[int]bool) int {
-	found := -1
+// batchRevisions is the RevisionInfo of each revision event of msgs, by
+// index, read from the payloads the sink applied (nil for any other
+// event): a header can differ from its payload (the NATS client trims a
+// trailing space from a value; a publisher may send none), the payload
+// cannot.
+func batchRevisions(msgs []jetstream.Msg) []*events.RevisionInfo {
+	out := make([]*events.RevisionInfo, len(msgs))
 	for i, msg := range msgs {
-		h := msg.Headers()
-		if used[i] || h.Get(events.HeaderKind) != events.KindRevision ||
-			h.Get(events.HeaderResourceID) != ref.ResourceID || h.Get(events.HeaderRevisionID) != ref.RevisionID {
+		rec, err := events.DecodeRecord(events.Msgpack, msg.Data())
+		if err != nil {
 			continue
 		}
-		if found < 0 {
-			found = i
+		rev, ok := rec.(*events.RevisionRecord)
+		if !ok {
+			continue
 		}
-		if uidOf(msg.Data()) == ref.UID {
+		if res, err := rev.Resource(); err == nil {
+			out[i] = &res.Info
+		}
+	}
+	return out
+}
+
+// refusedEvent is the index in revs (see batchRevisions) of the revision
+// ref names, not yet in used: by its resource id, revision id and uid; -1
+// if none.
+func refusedEvent(revs []*events.RevisionInfo, ref sink.Refusal, used map[int]bool) int {
+	for i, info := range revs {
+		if info != nil && !used[i] && info.ResourceID == ref.ResourceID && info.RevisionID == ref.RevisionID && info.UID == ref.UID {
 			return i
 		}
 	}
-	return found
-}
-
-// uidOf is the uid of a RevisionRecord payload ("" for anything else).
-func uidOf(payload []byte) string {
-	rec, err := events.DecodeRecord(events.Msgpack, payload)
-	if err != nil {
-		return ""
-	}
-	rev, ok := rec.(*events.RevisionRecord)
-	if !ok {
-		return ""
-	}
-	res, err := rev.Resource()
-	if err != nil {
-		return ""
-	}
-	return res.Info.UID
+	return -1
 }
