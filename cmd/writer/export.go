@@ -93,14 +93,14 @@ func cmdExport(ctx context.Context, args []string, stdout, stderr io.Writer, log
 				return exportCmd.Errorf(stderr, exitError, "export to %s: %v", *to, export.ErrExists)
 			}
 		}
-		dir, res, code, err := pit.restore(ctx, fs, *to, log)
-		if dir != "" {
-			defer os.RemoveAll(dir)
+		tree, res, code, err := pit.restore(ctx, fs, *to, log)
+		if tree != nil {
+			defer tree.Remove()
 		}
 		if err != nil {
 			return exportCmd.Fail(stderr, code, "", err)
 		}
-		asOf, src.from = res, "disk:"+dir
+		asOf, src.from = res, "disk:"+tree.Dir
 		display = fmt.Sprintf("stream %s as of sequence %d (stored %s)", pit.bus.Stream, res.Point.Seq, res.Point.Time.UTC().Format(time.RFC3339Nano))
 	case pit.given():
 		return exportCmd.Usagef(stderr, "--at and --at-seq export the event stream: give --from stream: or no --from")
@@ -216,36 +216,36 @@ func (p *pointInTime) given() bool { return p.at != "" || p.atSeq != 0 }
 // tree beside out (the archive's size fits there) and returns the tree,
 // which the caller removes, with where the restore stopped; on an error,
 // the exit code too.
-func (p *pointInTime) restore(ctx context.Context, fs *flag.FlagSet, out string, log *slog.Logger) (string, *replicate.RestoreResult, int, error) {
+func (p *pointInTime) restore(ctx context.Context, fs *flag.FlagSet, out string, log *slog.Logger) (*replicate.Tree, *replicate.RestoreResult, int, error) {
 	var at time.Time
 	if p.atSeq == 0 {
 		var err error
 		if at, err = replicate.ParseTime(p.at, time.Now()); err != nil {
-			return "", nil, exitError, err
+			return nil, nil, exitError, err
 		}
 	}
 	cfg := givenIn(fs, p.bus)
 	cfg.ReadOnly = true // an export creates no stream
 	bus, err := stream.Open(ctx, cfg, log)
 	if err != nil {
-		return "", nil, exitError, err
+		return nil, nil, exitError, err
 	}
 	defer bus.Close()
-	dir, res, err := replicate.RestoreTree(ctx, bus, out, replicate.RestoreOptions{
+	tree, res, err := replicate.RestoreTree(ctx, bus, out, replicate.RestoreOptions{
 		Config: replicate.DefaultConfig(), At: at, AtSeq: p.atSeq, AcceptGap: p.acceptGap,
 		Name: "export", Display: "stream " + cfg.Stream, Logger: log,
 	})
 	var dead *replicate.DeadLetteredError
-	var tree *replicate.TreeError
+	var treeErr *replicate.TreeError
 	switch {
-	case errors.As(err, &tree):
-		return dir, nil, exitError, err
+	case errors.As(err, &treeErr):
+		return tree, nil, exitError, err
 	case errors.As(err, &dead):
-		return dir, nil, exitDiffer, err
+		return tree, nil, exitDiffer, err
 	case err != nil && res == nil:
-		return dir, nil, cli.InputCode(err), err
+		return tree, nil, cli.InputCode(err), err
 	case err != nil:
-		return dir, nil, exitError, err
+		return tree, nil, exitError, err
 	}
-	return dir, res, exitOK, nil
+	return tree, res, exitOK, nil
 }
