@@ -26,6 +26,9 @@ type Metrics struct {
 	// hashMismatches counts revisions whose data_hash does not match
 	// their payload outside a migration.
 	hashMismatches *prometheus.CounterVec // sink
+	// holes counts events deleted from between the stream's first and
+	// last sequence (limits retention only, where nothing else deletes).
+	holes *prometheus.GaugeVec // sink
 
 	mu    sync.Mutex
 	ready map[string]bool // sink -> consuming
@@ -70,12 +73,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		hashMismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "specstar_sink_data_hash_mismatches_total", Help: "Revisions applied whose data_hash does not match their payload (migrations aside).",
 		}, []string{"sink"}),
+		holes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "specstar_stream_deleted_events", Help: "Events deleted from between the stream's first and last sequence (limits retention): a sink that went past them lacks what only they held.",
+		}, []string{"sink"}),
 		ready: map[string]bool{},
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.applied, m.deadLetters, m.retries, m.batch, m.lastSeq, m.pending, m.ackPending, m.ackFloor, m.redelivered, m.lag, m.hashMismatches} {
+	for _, c := range []prometheus.Collector{m.applied, m.deadLetters, m.retries, m.batch, m.lastSeq, m.pending, m.ackPending, m.ackFloor, m.redelivered, m.lag, m.hashMismatches, m.holes} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register replication metrics: %w", err)
 		}

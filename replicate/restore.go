@@ -181,7 +181,8 @@ type RestoreOptions struct {
 	// AtSeq, when not 0, is the last stream sequence to restore instead.
 	AtSeq uint64
 	// AcceptGap restores even when retention removed events from the
-	// stream's start (IncompleteError otherwise).
+	// stream's start (IncompleteError otherwise) or events were deleted
+	// from before the point (HoleError otherwise).
 	AcceptGap bool
 	// Force restores into a sink that is not empty (NotEmptyError
 	// otherwise): to resume a restore at the same point or move it to a
@@ -216,6 +217,7 @@ type RestoreResult struct {
 // consumers), and returns where it stopped. It refuses, before writing
 // anything, a time before the earliest the stream holds (TooEarlyError),
 // a stream whose retention removed its first events (IncompleteError,
+// unless AcceptGap) or events between them and the point (HoleError,
 // unless AcceptGap) and a sink that holds metas (NotEmptyError, unless
 // Force); with Force into a sink that held something, it fails
 // afterwards with a LaterStateError when the sink still holds what no
@@ -246,6 +248,18 @@ func Restore(ctx context.Context, bus *stream.Bus, snk sink.Sink, opts RestoreOp
 		}
 		if opts.Logger != nil {
 			opts.Logger.Warn((&IncompleteError{Restorable: r}).Error() + "; going on because of --accept-gap")
+		}
+	}
+	holes, err := HolesUpTo(ctx, bus, info, askedUpTo(ctx, bus, r, point, opts.AtSeq))
+	if err != nil {
+		return nil, err
+	}
+	if holes != nil {
+		if !opts.AcceptGap {
+			return nil, &HoleError{Holes: holes}
+		}
+		if opts.Logger != nil {
+			opts.Logger.Warn((&HoleError{Holes: holes}).Error() + "; going on because of --accept-gap")
 		}
 	}
 	empty, err := sink.Empty(ctx, snk, opts.Models)
@@ -296,6 +310,24 @@ func Restore(ctx context.Context, bus *stream.Bus, snk sink.Sink, opts RestoreOp
 		}
 	}
 	return res, nil
+}
+
+// askedUpTo is the last sequence a restore to point was asked to cover:
+// atSeq when given (the point is the last event held up to it), else
+// every sequence before the next event held after the point, since a
+// deleted event keeps no time to say whether it came before the time
+// asked.
+func askedUpTo(ctx context.Context, bus *stream.Bus, r *Restorable, point Point, atSeq uint64) uint64 {
+	if atSeq > 0 {
+		return atSeq
+	}
+	if point.Seq >= r.LastSeq {
+		return r.LastSeq
+	}
+	if m, err := msgFrom(ctx, bus, point.Seq+1); err == nil {
+		return m.Sequence - 1
+	}
+	return r.LastSeq
 }
 
 func describeAt(opts RestoreOptions) string {

@@ -437,14 +437,16 @@ func (e *GapError) Error() string {
 
 // checkGap compares the stream's first sequence with the consumer's ack
 // floor; for a sink filtered to some models the removed events may all be
-// other models', so it is not checked there.
+// other models', so it is not checked there. Holes are reported either
+// way (warnHoles).
 func (w *Worker) checkGap(ctx context.Context, cons jetstream.Consumer) error {
-	if len(w.opts.Models) > 0 {
-		return nil
-	}
 	sinfo, err := w.streamInfo(ctx)
 	if err != nil {
 		return err
+	}
+	w.warnHoles(ctx, sinfo)
+	if len(w.opts.Models) > 0 {
+		return nil
 	}
 	cinfo, err := w.consumerInfo(ctx, cons)
 	if err != nil {
@@ -467,6 +469,24 @@ func (w *Worker) checkGap(ctx context.Context, cons jetstream.Consumer) error {
 	return gap
 }
 
+// warnHoles says, once when the worker starts, that events were deleted
+// from between the stream's first and last sequence (by hand, or a purge
+// filtered to some subjects): a sink that went past them lacks what only
+// they held, and no consumer position shows it. Only on limits retention,
+// where nothing else deletes events; the count goes to the metrics too.
+func (w *Worker) warnHoles(ctx context.Context, sinfo *jetstream.StreamInfo) {
+	if sinfo.Config.Retention != jetstream.LimitsPolicy {
+		return
+	}
+	w.m.holes.WithLabelValues(w.opts.Name).Set(float64(sinfo.State.NumDeleted))
+	holes, err := HolesUpTo(ctx, w.bus, sinfo, sinfo.State.LastSeq)
+	if err != nil || holes == nil {
+		return
+	}
+	w.log.Warn(fmt.Sprintf("stream %s lacks %s deleted from between its first and last event: this sink lacks what only they held once it goes past them (replicator reconcile --from SOURCE repairs it)", holes.Stream, holes),
+		"sink", w.opts.Display, "deleted", holes.Count)
+}
+
 // watchConsumer copies the consumer's figures into the metrics every few
 // seconds until ctx ends.
 func (w *Worker) watchConsumer(ctx context.Context, cons jetstream.Consumer) {
@@ -482,6 +502,9 @@ func (w *Worker) watchConsumer(ctx context.Context, cons jetstream.Consumer) {
 			if lag, ok := w.lag(ctx, info); ok {
 				w.m.lag.WithLabelValues(name).Set(lag.Seconds())
 			}
+		}
+		if sinfo, err := w.bus.Stream.Info(ctx); err == nil && sinfo.Config.Retention == jetstream.LimitsPolicy {
+			w.m.holes.WithLabelValues(name).Set(float64(sinfo.State.NumDeleted))
 		}
 		select {
 		case <-ctx.Done():

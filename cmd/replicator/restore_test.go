@@ -350,7 +350,12 @@ func TestRestoreAtDeletedSequences(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ at, want uint64 }{{mid - 1, mid - 3}, {mid, mid - 3}, {last, last - 1}, {last - 1, last - 1}} {
-		code, out, errs := runCmd(t, append([]string{"restore", "--to", t.TempDir(), "--json", "--at-seq", strconv.FormatUint(c.at, 10)}, nats...)...)
+		// The deleted events are holes (TestHolesInTheStreamAreNotIgnored):
+		// refused without --accept-gap, which this checks the point of.
+		if code, out, errs := runCmd(t, append([]string{"restore", "--to", t.TempDir(), "--at-seq", strconv.FormatUint(c.at, 10)}, nats...)...); code != exitDiffer {
+			t.Errorf("restore --at-seq %d past deleted events: exit %d, want 1\n%s%s", c.at, code, out, errs)
+		}
+		code, out, errs := runCmd(t, append([]string{"restore", "--to", t.TempDir(), "--json", "--accept-gap", "--at-seq", strconv.FormatUint(c.at, 10)}, nats...)...)
 		var sum restoreSummary
 		if code != exitOK || json.Unmarshal([]byte(out), &sum) != nil || sum.Sequence != c.want {
 			t.Errorf("restore --at-seq %d (deleted events %d..%d and %d): exit %d, stopped at %d, want 0 at %d\n%s%s", c.at, mid-2, mid, last, code, sum.Sequence, c.want, out, errs)

@@ -7,8 +7,11 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/specstar/replicator/internal/cli"
 	"github.com/specstar/replicator/replicate"
+	"github.com/specstar/replicator/stream"
 )
 
 var statusCmd = &cli.Command{
@@ -49,12 +52,23 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	if err != nil {
 		return statusCmd.Errorf(stderr, exitError, "%v", err)
 	}
+	holes, err := streamHoles(ctx, bus)
+	if err != nil {
+		return statusCmd.Errorf(stderr, exitError, "%v", err)
+	}
 	if *asJSON {
 		if sts == nil {
 			sts = []replicate.SinkStatus{}
 		}
-		cli.JSON(stdout, map[string]any{"stream": bus.Config().Stream, "sinks": sts})
+		out := map[string]any{"stream": bus.Config().Stream, "sinks": sts, "deleted_events": uint64(0)}
+		if holes != nil {
+			out["deleted_events"], out["deleted"] = holes.Count, holes.String()
+		}
+		cli.JSON(stdout, out)
 		return exitOK
+	}
+	if holes != nil {
+		fmt.Fprintf(stdout, "stream %s lacks %s deleted from between its first and last event: a sink past them lacks what only they held (replicator reconcile --from SOURCE repairs it)\n", holes.Stream, holes)
 	}
 	if len(sts) == 0 {
 		fmt.Fprintf(stdout, "stream %s has no sink consumers\n", bus.Config().Stream)
@@ -72,4 +86,18 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, log
 		}
 	}
 	return exitOK
+}
+
+// streamHoles are the events deleted from between the stream's first and
+// last sequence, on limits retention (where nothing else deletes them);
+// nil when there are none.
+func streamHoles(ctx context.Context, bus *stream.Bus) (*replicate.Holes, error) {
+	info, err := bus.Stream.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s info: %w", bus.Config().Stream, err)
+	}
+	if info.Config.Retention != jetstream.LimitsPolicy {
+		return nil, nil
+	}
+	return replicate.HolesUpTo(ctx, bus, info, info.State.LastSeq)
 }

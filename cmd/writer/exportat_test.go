@@ -129,3 +129,30 @@ func TestExportAtTime(t *testing.T) {
 		t.Log("SPECSTAR_PYTHON is not set: SpecStar's own load of the export was not run")
 	}
 }
+
+// TestExportAtRefusesHoles (issue 33, item 1): `export --at` over a
+// stream with an event deleted from its middle exited 0, the archive
+// short of the revision; it exits 1 naming the hole unless --accept-gap.
+func TestExportAtRefusesHoles(t *testing.T) {
+	bus := testStream(t)
+	h := streamhistory.New(t, bus)
+	for _, rid := range []string{"issue:0", "issue:1", "issue:2"} {
+		h.Write("issue", rid, nil)
+	}
+	end := h.EndPhase()
+	if err := bus.Stream.DeleteMsg(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	at := end.LastTime.Format(time.RFC3339Nano)
+	out := filepath.Join(t.TempDir(), "x.acbak")
+	code, stdout, errs := runWriter(t, "export", "--at", at, "--to", out, "--nats", bus.URL())
+	if code != exitDiffer || !strings.Contains(errs, "(sequences 2)") || !strings.Contains(errs, "--accept-gap") {
+		t.Errorf("export --at past a deleted event: exit %d, want 1 naming sequence 2 and --accept-gap\n%s%s", code, stdout, errs)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("the refused export wrote %s", out)
+	}
+	if code, stdout, errs := runWriter(t, "export", "--at", at, "--to", out, "--nats", bus.URL(), "--accept-gap"); code != exitOK {
+		t.Errorf("export --at --accept-gap: exit %d\n%s%s", code, stdout, errs)
+	}
+}
