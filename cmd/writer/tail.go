@@ -63,7 +63,7 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	fs.DurationVar(&o.Overlap, "overlap", postgres.DefaultPollOverlap, "poll mode: re-read window for commits that become visible late")
 	fs.DurationVar(&o.PurgeCheck, "purge-check", postgres.DefaultPurgeCheck, "poll mode: how often the meta tables' ids are listed to publish a purge for each deleted row (negative: never)")
 	lo := &o.Logical
-	fs.StringVar(&lo.Slot, "slot", postgres.DefaultLogicalSlot, "logical mode: replication slot name")
+	fs.StringVar(&lo.Slot, "slot", "", "logical mode: replication slot name (default: specstar_replicator_DATABASE, one per database; or specstar_replicator where an earlier version made it in this database)")
 	fs.StringVar(&lo.Publication, "publication", postgres.DefaultLogicalPublication, "logical mode: publication name")
 	fs.DurationVar(&lo.Heartbeat, "heartbeat", postgres.DefaultLogicalHeartbeat, "logical mode: status update interval, so an idle slot does not pin WAL")
 	dropSlot := fs.Bool("drop-slot", false, "drop the replication slot and publication (and forget the logical position), then exit")
@@ -105,10 +105,11 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 	defer closeFn()
 	opened.Store(bus)
 	if *dropSlot {
-		if err := p.DropSlot(ctx, *lo); err != nil {
+		slot, err := p.DropSlot(ctx, *lo)
+		if err != nil {
 			return tailCmd.Fail(stderr, tailCode(err), "", err)
 		}
-		fmt.Fprintf(stdout, "dropped slot %s and publication %s\n", lo.Slot, lo.Publication)
+		fmt.Fprintf(stdout, "dropped slot %s and publication %s\n", slot, lo.Publication)
 		return exitOK
 	}
 	meter = progress.New("tail "+source.Redact(f.src.from), 0, log)

@@ -28,7 +28,6 @@ import (
 
 // Defaults of LogicalOptions.
 const (
-	DefaultLogicalSlot        = "specstar_replicator"  // why: one name both Setup and Stream agree on without configuration
 	DefaultLogicalPublication = "specstar_replicator"  // why: likewise for the publication
 	DefaultLogicalHeartbeat   = 10 * time.Second       // why: an idle stream must still report progress well inside wal_sender_timeout
 	logicalReceivePoll        = 200 * time.Millisecond // how often a confirmation by the caller is looked for while idle
@@ -46,8 +45,9 @@ const (
 // they exist so several replicators (or a replicator and other consumers)
 // can share a database without sharing a slot.
 type LogicalOptions struct {
-	// Slot is the replication slot's name ("" = DefaultLogicalSlot):
-	// lower-case letters, digits and "_", as Postgres requires.
+	// Slot is the replication slot's name ("" = DefaultSlotFor the
+	// database, or the slot of earlier versions' default where it exists
+	// there): lower-case letters, digits and "_", as Postgres requires.
 	Slot string
 	// Publication is the publication's name ("" = DefaultLogicalPublication),
 	// same characters.
@@ -60,9 +60,6 @@ type LogicalOptions struct {
 }
 
 func (o LogicalOptions) withDefaults() (LogicalOptions, error) {
-	if o.Slot == "" {
-		o.Slot = DefaultLogicalSlot
-	}
 	if o.Publication == "" {
 		o.Publication = DefaultLogicalPublication
 	}
@@ -70,7 +67,7 @@ func (o LogicalOptions) withDefaults() (LogicalOptions, error) {
 		o.Heartbeat = DefaultLogicalHeartbeat
 	}
 	for _, n := range []struct{ what, v string }{{"slot", o.Slot}, {"publication", o.Publication}} {
-		if !logicalName.MatchString(n.v) {
+		if n.v != "" && !logicalName.MatchString(n.v) {
 			return o, fmt.Errorf("source: logical %s name %q: use 1-63 lower-case ASCII letters, digits and '_'", n.what, n.v)
 		}
 	}
@@ -153,6 +150,9 @@ func (s *Source) logicalTables(ctx context.Context) ([]string, error) {
 func (s *Source) SetupLogical(ctx context.Context, dsn string, o LogicalOptions) (*LogicalStart, error) {
 	o, err := o.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if o, err = resolveSlot(ctx, s.pool, o); err != nil {
 		return nil, err
 	}
 	// Check before creating anything: a publication made on a server that
@@ -316,6 +316,9 @@ type LogicalHandler struct {
 func (s *Source) StreamLogical(ctx context.Context, dsn string, o LogicalOptions, startLSN pglogrepl.LSN, h LogicalHandler) error {
 	o, err := o.withDefaults()
 	if err != nil {
+		return err
+	}
+	if o, err = resolveSlot(ctx, s.pool, o); err != nil {
 		return err
 	}
 	if h.Record == nil || h.Purge == nil || h.Confirmed == nil {
@@ -924,24 +927,28 @@ func (st *logicalStream) emitFromWAL(lsn pglogrepl.LSN) (bool, error) {
 
 // DropLogical drops the slot and the publication if they exist; it exists
 // for slot hygiene: an abandoned slot keeps WAL forever. It fails while a
-// stream is using the slot.
-func DropLogical(ctx context.Context, dsn string, o LogicalOptions) error {
+// stream is using the slot, never drops another database's, and returns
+// the slot's name.
+func DropLogical(ctx context.Context, dsn string, o LogicalOptions) (string, error) {
 	o, err := o.withDefaults()
 	if err != nil {
-		return err
+		return "", err
 	}
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		return fmt.Errorf("source: logical drop: connect: %w", err)
+		return "", fmt.Errorf("source: logical drop: connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, o.Slot); err != nil {
-		return fmt.Errorf("source: logical drop: slot %s: %w", o.Slot, err)
+	if o, err = resolveSlot(ctx, conn, o); err != nil {
+		return "", err
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND database = current_database()`, o.Slot); err != nil {
+		return "", fmt.Errorf("source: logical drop: slot %s: %w", o.Slot, err)
 	}
 	if _, err := conn.Exec(ctx, `DROP PUBLICATION IF EXISTS `+ident(o.Publication)); err != nil {
-		return fmt.Errorf("source: logical drop: publication %s: %w", o.Publication, err)
+		return "", fmt.Errorf("source: logical drop: publication %s: %w", o.Publication, err)
 	}
-	return nil
+	return o.Slot, nil
 }
 
 // SlotLag is the WAL the slot retains beyond what was confirmed, in bytes
@@ -957,6 +964,9 @@ func SlotLag(ctx context.Context, dsn string, o LogicalOptions) (int64, error) {
 		return 0, fmt.Errorf("source: slot lag: connect: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if o, err = resolveSlot(ctx, conn, o); err != nil {
+		return 0, err
+	}
 	var lag int64
 	err = conn.QueryRow(ctx, `SELECT greatest(pg_current_wal_lsn() - confirmed_flush_lsn, 0)::bigint
 		FROM pg_replication_slots WHERE slot_name = $1`, o.Slot).Scan(&lag)

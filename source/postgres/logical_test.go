@@ -322,7 +322,7 @@ func TestLogicalStream(t *testing.T) {
 	}
 	waitFor(t, "the idle slot to advance past unrelated WAL", func() bool {
 		var flushed pglogrepl.LSN
-		if err := conn.QueryRow(ctx, `SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = $1`, DefaultLogicalSlot).Scan(&flushed); err != nil {
+		if err := conn.QueryRow(ctx, `SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE database = current_database()`).Scan(&flushed); err != nil {
 			t.Fatal(err)
 		}
 		return flushed >= walNow
@@ -385,7 +385,7 @@ func TestLogicalRestart(t *testing.T) {
 	slotLSN := func() (pglogrepl.LSN, bool) {
 		var lsn pglogrepl.LSN
 		var active bool
-		if err := mon.QueryRow(ctx, `SELECT confirmed_flush_lsn, active FROM pg_replication_slots WHERE slot_name = $1`, DefaultLogicalSlot).Scan(&lsn, &active); err != nil {
+		if err := mon.QueryRow(ctx, `SELECT confirmed_flush_lsn, active FROM pg_replication_slots WHERE database = current_database()`).Scan(&lsn, &active); err != nil {
 			t.Fatal(err)
 		}
 		return lsn, active
@@ -482,7 +482,7 @@ func TestLogicalDrop(t *testing.T) {
 		t.Errorf("SetupLogical of an existing slot: %+v, want LSN %s and no snapshot", again, start.LSN)
 	}
 	for i := 0; i < 2; i++ {
-		if err := DropLogical(ctx, e.dsn, e.o); err != nil {
+		if _, err := DropLogical(ctx, e.dsn, e.o); err != nil {
 			t.Fatal(err)
 		}
 	}

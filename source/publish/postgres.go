@@ -114,12 +114,13 @@ func (p *Postgres) Snapshot(ctx context.Context) (postgres.SnapshotStats, error)
 }
 
 // DropSlot drops the replication slot and publication of o and forgets
-// the logical position; it exists for slot hygiene (see
-// postgres.DropLogical).
-func (p *Postgres) DropSlot(ctx context.Context, o postgres.LogicalOptions) error {
-	if err := postgres.DropLogical(ctx, p.dsn, o); err != nil {
-		return err
+// the logical position, returning the slot's name; it exists for slot
+// hygiene (see postgres.DropLogical).
+func (p *Postgres) DropSlot(ctx context.Context, o postgres.LogicalOptions) (string, error) {
+	slot, err := postgres.DropLogical(ctx, p.dsn, o)
+	if err != nil {
+		return "", err
 	}
 	p.State.LSN = ""
-	return p.Save(ctx)
+	return slot, p.Save(ctx)
 }

@@ -138,6 +138,7 @@ func (p *Postgres) tailLogical(ctx context.Context, dsn string, o postgres.Logic
 		return err
 	}
 	startLSN := start.LSN
+	o.Slot = start.Slot // the one SetupLogical chose for this database
 	switch {
 	case start.Created:
 		// A new slot: the stream starts after its snapshot, which must be
