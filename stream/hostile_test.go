@@ -97,6 +97,13 @@ func TestNonNATSURLsAreRefused(t *testing.T) {
 		{"https://user:secret@nats.example", false},
 		{"nats://a:4222,postgres://b", false},
 		{"ftp://x", false},
+		// Issue 34: these dialled nats.go's default, 127.0.0.1:4222.
+		{",,,", false},
+		{" ", false},
+		{"nats://a:4222,", false},
+		{"nats://", false},
+		{"nats://:4222", false},
+		{":4222", false},
 	} {
 		err := CheckURL(tc.url)
 		if (err == nil) != tc.ok {

@@ -745,17 +745,27 @@ func (b *Bus) URL() string {
 }
 
 // CheckURL refuses a --nats URL that nats.go would not speak NATS to
-// (http://, https://, a typo'd scheme); several comma-separated URLs of a
-// cluster are checked one by one.
+// (http://, https://, a typo'd scheme) or that would make it dial its
+// default server (an empty address, no host); several comma-separated
+// URLs of a cluster are checked one by one.
 func CheckURL(raw string) error {
 	for _, one := range strings.Split(raw, ",") {
 		one = strings.TrimSpace(one)
+		if one == "" {
+			// nats.go would dial its default, 127.0.0.1:4222: whatever
+			// server listens there, not the one meant.
+			return fmt.Errorf("--nats %q: an empty server address (only spaces, or nothing between commas): give host:port or nats://host:port, or no --nats for the embedded server", raw)
+		}
 		scheme, _, ok := strings.Cut(one, "://")
 		if !ok {
 			one = "nats://" + one // host:port, which nats.go reads as nats://host:port
 		}
-		if _, err := neturl.Parse(one); err != nil {
+		u, err := neturl.Parse(one)
+		if err != nil {
 			return fmt.Errorf("--nats %s: not a valid URL: %w", RedactURL(one), redact.Error(err, one))
+		}
+		if u.Hostname() == "" {
+			return fmt.Errorf("--nats %s: no host (nats.go would dial 127.0.0.1): give host:port", RedactURL(one))
 		}
 		if !ok {
 			continue
