@@ -154,6 +154,9 @@ func sinkNamed(cfg *deployment.Config, v string) (*sink.Spec, error) {
 	case ok:
 		return sinkFromDeployment(d)
 	}
+	if err := cfg.CheckName(v); err != nil {
+		return nil, err
+	}
 	return sink.Parse(v)
 }
 

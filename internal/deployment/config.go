@@ -6,6 +6,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"sort"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -182,6 +183,33 @@ func (c *Config) Lookup(name string) (d Deployment, ok bool, err error) {
 		}
 	}
 	return d, true, nil
+}
+
+// bareWord is a --to value with nothing of a path or URL in it.
+var bareWord = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// CheckName refuses value when it looks like a deployment's name but is
+// not one of c's and no file of that name exists: `--to mirorr`, a typo
+// of `mirror`, would otherwise write a new ./mirorr and exit 0. A new
+// directory is then given as ./NAME; without deployments in c every value
+// is left alone.
+func (c *Config) CheckName(value string) error {
+	if c == nil || len(c.Deployments) == 0 || !bareWord.MatchString(value) {
+		return nil
+	}
+	if _, ok := c.Deployments[value]; ok {
+		return nil
+	}
+	if _, err := os.Stat(value); err == nil {
+		return nil
+	}
+	names := make([]string, 0, len(c.Deployments))
+	for n := range c.Deployments {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return fmt.Errorf("%q is not a deployment of config %s (%s) nor an existing path: give one of those names, or ./%s for a new directory",
+		value, c.Path, strings.Join(names, ", "), value)
 }
 
 // ApplyFlags sets the flags of fs that the nats section names and the
