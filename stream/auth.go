@@ -112,6 +112,24 @@ func (a Auth) options() ([]nats.Option, error) {
 	return opts, nil
 }
 
+// looseSecrets names, one message each, the secret files of a (the
+// credentials, the nkey seed, the TLS key) that group or others may read
+// or write: used all the same, but said, as ssh does of a private key.
+func (a Auth) looseSecrets() []string {
+	var out []string
+	for _, f := range []struct{ flag, path string }{{"nats-creds", a.CredsFile}, {"nats-nkey", a.NkeyFile}, {"tls-key", a.TLSKey}} {
+		if f.path == "" {
+			continue
+		}
+		st, err := os.Stat(f.path)
+		if err != nil || st.Mode().Perm()&0o077 == 0 {
+			continue
+		}
+		out = append(out, fmt.Sprintf("--%s %s holds a secret and its permissions are %04o: others on this host may read it; chmod 600 it", f.flag, f.path, st.Mode().Perm()))
+	}
+	return out
+}
+
 // authOptions are the connection options of an external server: a's, and
 // a check that a is not given for the embedded server, which would ignore
 // it silently otherwise.

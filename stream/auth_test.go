@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -147,5 +148,47 @@ func TestMalformedURLHidesThePassword(t *testing.T) {
 				t.Errorf("error for %q shows the password: %s", raw, msg)
 			}
 		}
+	}
+}
+
+// TestLooseSecretFilesAreWarned (issue 34, smaller items): an nkey seed,
+// a credentials file or a TLS key that group or others can read was used
+// without a word. It is still used (the connection succeeds), with a
+// warning naming the flag, the file and chmod 600, as ssh warns of a
+// private key; at 0600 nothing is said.
+func TestLooseSecretFilesAreWarned(t *testing.T) {
+	tried := 0
+	for _, kind := range natstest.Kinds {
+		srv := natstest.Start(t, kind)
+		for _, flag := range []string{"nats-creds", "nats-nkey", "tls-key"} {
+			path := srv.Files[flag]
+			if path == "" {
+				continue
+			}
+			tried++
+			for _, c := range []struct {
+				mode os.FileMode
+				warn bool
+			}{{0o644, true}, {0o640, true}, {0o600, false}} {
+				if err := os.Chmod(path, c.mode); err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				var logs bytes.Buffer
+				bus, err := stream.Open(ctx, stream.Config{URL: srv.URL, Auth: authOf(srv.Files)}, slog.New(slog.NewTextHandler(&logs, nil)))
+				cancel()
+				if err != nil {
+					t.Fatalf("%s: --%s at %04o: %v", kind, flag, c.mode, err)
+				}
+				bus.Close()
+				warned := strings.Contains(logs.String(), "--"+flag+" "+path) && strings.Contains(logs.String(), "chmod 600")
+				if warned != c.warn {
+					t.Errorf("%s: --%s at %04o: warned %v, want %v\n%s", kind, flag, c.mode, warned, c.warn, logs.String())
+				}
+			}
+		}
+	}
+	if tried == 0 {
+		t.Fatal("no server kind takes a secret file")
 	}
 }

@@ -192,6 +192,9 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, w := range cfg.Auth.looseSecrets() {
+		log.Warn(w)
+	}
 	if url == "" {
 		e, u, token, err := startOrJoinEmbedded(cfg, log)
 		if err != nil {
