@@ -5,15 +5,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -189,4 +194,46 @@ func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer, l
 	fmt.Fprintf(stdout, "snapshot of %s in %s: models %v, %d metas, %d revisions published (%d already on the stream)\n",
 		source.Redact(f.src.from), time.Since(start).Round(time.Millisecond), st.Models, st.Metas, st.Revisions, p.Duplicates())
 	return exitOK
+}
+
+// openPGWaiting is openPG for a service (writer tail): a source that
+// refuses connections or cannot be reached yet (down, restarting, its
+// address not resolvable yet in a starting cluster) is waited for with
+// backoff and a warning per attempt, as a lost source is once the tail
+// runs; anything else (a wrong password, a missing database, a bad URL)
+// fails at once.
+func openPGWaiting(ctx context.Context, f *pgFlags, log *slog.Logger, hooks publish.Hooks) (*publish.Postgres, *stream.Bus, func(), error) {
+	bo := backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(0), backoff.WithMaxInterval(30*time.Second))
+	for attempt := 1; ; attempt++ {
+		p, bus, closeFn, err := openPG(ctx, f, log, hooks)
+		if err == nil || !unreachable(err) || ctx.Err() != nil {
+			return p, bus, closeFn, err
+		}
+		wait := bo.NextBackOff()
+		log.Warn("Postgres not reachable; waiting for it", "attempt", attempt, "err", err, "retry_in", wait.Round(time.Millisecond).String())
+		select {
+		case <-ctx.Done():
+			return nil, nil, nil, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// unreachable reports whether err is a source that could not be reached
+// (refused, timed out, unresolvable) or is starting up: what waiting fixes.
+func unreachable(err error) bool {
+	var dns *net.DNSError
+	var nerr net.Error
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return true
+	case errors.As(err, &dns):
+		return true
+	case errors.As(err, &nerr) && nerr.Timeout():
+		return true
+	case errors.As(err, &pgErr):
+		return pgErr.Code == "57P03" // cannot_connect_now: starting up or shutting down
+	}
+	return false
 }

@@ -98,7 +98,11 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer, log *
 			return tailCmd.Errorf(stderr, exitError, "%v", err)
 		}
 	}
-	p, bus, closeFn, err := openPG(ctx, &f, log, m.hooks(&meter))
+	openSource := openPGWaiting // a service waits for its source
+	if *dropSlot {
+		openSource = openPG
+	}
+	p, bus, closeFn, err := openSource(ctx, &f, log, m.hooks(&meter))
 	if err != nil {
 		return tailCmd.Fail(stderr, tailCode(err), "", err)
 	}

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	neturl "net/url"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -97,6 +100,138 @@ func TestTailWaitsForNATS(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Errorf("tail stopped with exit %d:\n%s%s", code, out.String(), errs.String())
+	}
+}
+
+// TestTailWaitsForPostgres (issue 34, smaller items): `writer tail`
+// exited 2 in 0.12 s when its Postgres refused connections, although a
+// source lost later is waited for and the README says refused
+// connections are retried. It now waits, saying so, and publishes once
+// the server answers (here a proxy to the test server, opened late).
+func TestTailWaitsForPostgres(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dsn := pgDSN()
+	prefix := fmt.Sprintf("wp_%d_", time.Now().UnixNano()%1_000_000_000)
+	w, err := specstarpg.Open(ctx, dsn, specstarpg.Options{TablePrefix: prefix})
+	if err != nil {
+		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", dsn, err)
+	}
+	t.Cleanup(func() { w.DropAll(context.Background()); w.Close() })
+	if err := w.CreateModel(ctx, "issue"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Create(ctx, "issue", "issue:0", payload("issue:0", 0), specstarpg.Write{}); err != nil {
+		t.Fatal(err)
+	}
+	target, err := neturl.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := *target
+	port := freeport.Take(t)
+	late.Host = "127.0.0.1:" + strconv.Itoa(port)
+	bus := testStream(t)
+	var out, errs lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"tail", "--from", late.String() + "&table_prefix=" + prefix, "--mode", "poll", "--interval", "100ms", "--nats", bus.URL(), "--listen", ""}, &out, &errs)
+	}()
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case code := <-done:
+				t.Fatalf("tail exited %d before %s:\n%s", code, what, errs.String())
+			case <-ctx.Done():
+				t.Fatalf("no %s:\n%s", what, errs.String())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	wait("wait for Postgres logged", func() bool { return strings.Contains(errs.String(), "Postgres not reachable; waiting for it") })
+
+	// Postgres answers now: a proxy on the port the tail dials.
+	ln, err := net.Listen("tcp", late.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", target.Host)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go io.Copy(up, c)
+				io.Copy(c, up)
+			}()
+		}
+	}()
+	wait("events published once Postgres answered", func() bool {
+		info, err := bus.Stream.Info(ctx)
+		return err == nil && info.State.Msgs >= 2 // issue:0's meta and revision
+	})
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Errorf("tail stopped with exit %d:\n%s%s", code, out.String(), errs.String())
+	}
+}
+
+// TestTailOfNoTablesSaysSo (issue 34, smaller items): `writer tail` in
+// poll mode of a database without SpecStar's tables (a wrong
+// table_prefix, or a deployment not written yet) polled forever without
+// a word. It still polls (SpecStar may create them), warning that it
+// found none, and publishes once a model appears.
+func TestTailOfNoTablesSaysSo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dsn := pgDSN()
+	prefix := fmt.Sprintf("wn_%d_", time.Now().UnixNano()%1_000_000_000)
+	bus := testStream(t)
+	var out, errs lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"tail", "--from", dsn + "&table_prefix=" + prefix, "--mode", "poll", "--interval", "100ms", "--nats", bus.URL(), "--listen", ""}, &out, &errs)
+	}()
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case code := <-done:
+				t.Fatalf("tail exited %d before %s:\n%s", code, what, errs.String())
+			case <-ctx.Done():
+				t.Fatalf("no %s:\n%s", what, errs.String())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	wait("warning that no meta tables exist", func() bool { return strings.Contains(errs.String(), "no SpecStar meta tables found") })
+	w, err := specstarpg.Open(ctx, dsn, specstarpg.Options{TablePrefix: prefix})
+	if err != nil {
+		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", dsn, err)
+	}
+	t.Cleanup(func() { w.DropAll(context.Background()); w.Close() })
+	if err := w.CreateModel(ctx, "issue"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Create(ctx, "issue", "issue:0", payload("issue:0", 0), specstarpg.Write{}); err != nil {
+		t.Fatal(err)
+	}
+	wait("events published once the model exists", func() bool {
+		info, err := bus.Stream.Info(ctx)
+		return err == nil && info.State.Msgs >= 2
+	})
 	cancel()
 	if code := <-done; code != exitOK {
 		t.Errorf("tail stopped with exit %d:\n%s%s", code, out.String(), errs.String())

@@ -106,6 +106,10 @@ type PollOptions struct {
 	// PurgeCheck is how often the meta tables' resource ids are listed to
 	// find deleted rows (0: DefaultPurgeCheck; negative: never).
 	PurgeCheck time.Duration
+	// NoTables (may be nil) is called after each poll that found no meta
+	// table to read, so the caller can say why nothing is published (a
+	// wrong table_prefix, a database SpecStar has not written yet).
+	NoTables func()
 }
 
 // Poll is the live mode for servers without wal_level=logical: it polls
@@ -167,7 +171,7 @@ func (s *Source) Poll(ctx context.Context, from Cursor, o PollOptions, emit func
 	defer timer.Stop()
 	<-timer.C
 	for {
-		n, err := s.pollOnce(ctx, &cur, overlap, emit, saw)
+		n, err := s.pollOnce(ctx, &cur, overlap, emit, saw, o.NoTables)
 		if err == nil && pc != nil && pc.due() {
 			var purged int
 			purged, err = s.runPurgeCheck(ctx, pc, &cur, emit)
@@ -194,10 +198,13 @@ func (s *Source) Poll(ctx context.Context, from Cursor, o PollOptions, emit func
 // pollOnce polls every model once and returns how many resources it
 // emitted.
 func (s *Source) pollOnce(ctx context.Context, cur *Cursor, overlap time.Duration,
-	emit func(string, events.Record, Cursor) error, saw func(model, rid string)) (int, error) {
+	emit func(string, events.Record, Cursor) error, saw func(model, rid string), noTables func()) (int, error) {
 	models, err := s.models(ctx, s.pool)
 	if err != nil {
 		return 0, err
+	}
+	if len(models) == 0 && noTables != nil {
+		noTables()
 	}
 	total := 0
 	for _, model := range models {

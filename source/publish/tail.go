@@ -70,7 +70,7 @@ func (p *Postgres) Tail(ctx context.Context, o TailOptions) (mode string, err er
 		if mode == ModeLogical {
 			err = p.tailLogical(ctx, p.dsn, o.Logical)
 		} else {
-			err = p.tailPoll(ctx, postgres.PollOptions{Interval: o.Interval, Overlap: o.Overlap, PurgeCheck: o.PurgeCheck})
+			err = p.tailPoll(ctx, postgres.PollOptions{Interval: o.Interval, Overlap: o.Overlap, PurgeCheck: o.PurgeCheck, NoTables: p.warnNoTables()})
 		}
 		streaming(false)
 		if ctx.Err() != nil {
@@ -126,6 +126,21 @@ func (p *Postgres) tailPoll(ctx context.Context, o postgres.PollOptions) error {
 		}
 		return nil
 	})
+}
+
+// warnNoTables is a PollOptions.NoTables that warns at once and then
+// every minute while the source has no meta table: otherwise a tail of
+// the wrong table_prefix, or of a database SpecStar has not written yet,
+// polls forever publishing nothing, without a word.
+func (p *Postgres) warnNoTables() func() {
+	var last time.Time
+	return func() {
+		if !last.IsZero() && time.Since(last) < time.Minute {
+			return
+		}
+		last = time.Now()
+		p.log.Warn("no SpecStar meta tables found in this database: nothing to publish until they exist (check --from's database and table_prefix); polling on")
+	}
 }
 
 // tailLogical follows the replication slot. The snapshot, when one is
