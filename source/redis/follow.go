@@ -246,8 +246,16 @@ func (d *Deployment) subscribe(ctx context.Context, log *slog.Logger) (<-chan st
 		return nil, nil, fmt.Errorf("CONFIG GET notify-keyspace-events: %w", err)
 	}
 	was := cur["notify-keyspace-events"]
+	if saved, err := rdb.Get(ctx, savedFlagsKey).Result(); err == nil && sameFlags(was, mergeFlags(saved, keyspaceFlags)) {
+		// A tail killed before it could put the setting back changed it
+		// from saved: that is the original, not what it left.
+		was = saved
+	}
 	want := mergeFlags(was, keyspaceFlags)
 	if want != was {
+		if err := rdb.Set(ctx, savedFlagsKey, was, 0).Err(); err != nil {
+			log.Warn("could not keep the server's notify-keyspace-events where a restart finds it; a killed tail leaves it changed", "source", d.name, "key", savedFlagsKey, "err", err)
+		}
 		if err := rdb.ConfigSet(ctx, "notify-keyspace-events", want).Err(); err != nil {
 			return nil, nil, fmt.Errorf("CONFIG SET notify-keyspace-events %s: %w", want, err)
 		}
@@ -312,6 +320,7 @@ func (d *Deployment) restoreFlags(ctx context.Context, log *slog.Logger, was, wa
 	}
 	if now := cur["notify-keyspace-events"]; !sameFlags(now, want) {
 		log.Info("notify-keyspace-events changed by someone else since the tail set it; left as it is", "source", d.name, "now", now, "was", was)
+		rdb.Del(ctx, savedFlagsKey)
 		return
 	}
 	if list, err := rdb.ClientList(ctx).Result(); err == nil {
@@ -322,8 +331,16 @@ func (d *Deployment) restoreFlags(ctx context.Context, log *slog.Logger, was, wa
 	}
 	if err := rdb.ConfigSet(ctx, "notify-keyspace-events", was).Err(); err != nil {
 		log.Warn("could not put back the server's notify-keyspace-events", "source", d.name, "was", was, "err", err)
+		return
 	}
+	rdb.Del(ctx, savedFlagsKey)
 }
+
+// savedFlagsKey holds the server's notify-keyspace-events as it was
+// before a tail changed it, so that the next tail puts back the original
+// even when the one that changed it was killed (and not what it left).
+// No SpecStar key pattern matches it (theirs hold "resource_meta:").
+const savedFlagsKey = "specstar-replicator:notify-keyspace-events-before"
 
 // sameFlags reports whether two notify-keyspace-events settings hold the
 // same classes (the server spells them in its own order).
