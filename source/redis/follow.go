@@ -246,9 +246,10 @@ func (d *Deployment) subscribe(ctx context.Context, log *slog.Logger) (<-chan st
 		return nil, nil, fmt.Errorf("CONFIG GET notify-keyspace-events: %w", err)
 	}
 	was := cur["notify-keyspace-events"]
-	if saved, err := rdb.Get(ctx, savedFlagsKey).Result(); err == nil && sameFlags(was, mergeFlags(saved, keyspaceFlags)) {
+	if saved, err := rdb.Get(ctx, savedFlagsKey).Result(); err == nil && sameFlags(was, mergeFlags(saved, keyspaceFlags)) && !anotherFollower(ctx, rdb) {
 		// A tail killed before it could put the setting back changed it
-		// from saved: that is the original, not what it left.
+		// from saved (no tail that could is still subscribed): that is
+		// the original, not what it left.
 		was = saved
 	}
 	want := mergeFlags(was, keyspaceFlags)
@@ -341,6 +342,13 @@ func (d *Deployment) restoreFlags(ctx context.Context, log *slog.Logger, was, wa
 // even when the one that changed it was killed (and not what it left).
 // No SpecStar key pattern matches it (theirs hold "resource_meta:").
 const savedFlagsKey = "specstar-replicator:notify-keyspace-events-before"
+
+// anotherFollower reports whether a Follow's subscription is connected
+// to the server (or whether that cannot be told: then one is assumed).
+func anotherFollower(ctx context.Context, rdb *goredis.Client) bool {
+	list, err := rdb.ClientList(ctx).Result()
+	return err != nil || otherFollower(list, "") != ""
+}
 
 // sameFlags reports whether two notify-keyspace-events settings hold the
 // same classes (the server spells them in its own order).
