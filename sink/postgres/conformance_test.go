@@ -2,8 +2,13 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/sink/postgres"
 	"github.com/specstar/replicator/sink/sinktest"
@@ -32,7 +37,53 @@ func PostgresBackend() sinktest.Backend {
 		Queued: true,
 		// SpecStar's resource tables are shared by a prefix's models.
 		RevisionsAcrossModels: true,
+		Dump: func(t *testing.T, s sink.Sink) string {
+			return dumpTables(t, s.(*postgres.Sink).Prefix())
+		},
 	}
+}
+
+// dumpTables lists every table of prefix in name order (named without
+// the prefix) and each one's rows, every column, in the order of all
+// their columns.
+func dumpTables(t *testing.T, prefix string) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.SharedDSN())
+	if err != nil {
+		t.Fatalf("connect to Postgres: %v", err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, $1) ORDER BY tablename`, prefix)
+	if err != nil {
+		t.Fatalf("list tables %s*: %v", prefix, err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("list tables %s*: %v", prefix, err)
+	}
+	var b strings.Builder
+	for _, table := range tables {
+		fmt.Fprintf(&b, "table %s\n", strings.TrimPrefix(table, prefix))
+		rows, err := conn.Query(ctx, `SELECT * FROM `+pgx.Identifier{table}.Sanitize()+` AS r ORDER BY r::text COLLATE "C"`)
+		if err != nil {
+			t.Fatalf("read %s: %v", table, err)
+		}
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				t.Fatalf("read %s: %v", table, err)
+			}
+			for i, f := range rows.FieldDescriptions() {
+				fmt.Fprintf(&b, " %s=%#v", f.Name, vals[i])
+			}
+			b.WriteString("\n")
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatalf("read %s: %v", table, err)
+		}
+	}
+	return b.String()
 }
 
 func openPostgres(t *testing.T, prefix string) *postgres.Sink {
