@@ -41,9 +41,9 @@ func isPermanent(err error) bool {
 
 // process applies a batch, makes it durable, then acks it; it returns the
 // highest stream sequence acked. Events of a batch are applied by up to
-// Parallel goroutines, one resource's events in stream order (the sinks
-// lock per resource, and concurrent fsyncs share the file system's
-// journal commits).
+// Parallel goroutines, one resource's events, and revisions sharing a
+// uid, in stream order (sink.Lanes; the sinks lock per resource, and
+// concurrent fsyncs share the file system's journal commits).
 func (w *Worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, error) {
 	start := time.Now()
 	if err := w.applyBatch(ctx, msgs); err != nil {
