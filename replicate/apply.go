@@ -132,6 +132,9 @@ func (w *Worker) applyBatch(ctx context.Context, msgs []jetstream.Msg) error {
 	// lanes go in parallel.
 	keys := make([]sink.LaneKey, len(msgs))
 	payloads := make([][]byte, len(msgs)) // records fetched by reference
+	fetchErrs := make([]error, len(msgs))
+	sem := make(chan struct{}, max(w.opts.Parallel, 1))
+	var wg sync.WaitGroup
 	for i, msg := range msgs {
 		h := msg.Headers()
 		// The subject without its kind names the model, escaped: a
@@ -143,13 +146,24 @@ func (w *Worker) applyBatch(ctx context.Context, msgs []jetstream.Msg) error {
 		if h.Get(events.HeaderResourceID) != "" || h.Get(events.HeaderFileID) != "" {
 			keys[i].Resource = subj + "\x00" + h.Get(events.HeaderResourceID) + "\x00" + h.Get(events.HeaderFileID)
 		}
-		var err error
-		if keys[i].UID, payloads[i], err = w.revisionUID(ctx, msg); err != nil {
-			return err
+		if tag, _ := events.PeekTag(events.Msgpack, msg.Data()); tag == events.TagRecordRef {
+			// fetched from the object store: in parallel
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				keys[i].UID, payloads[i], fetchErrs[i] = w.revisionUID(ctx, msg)
+			}()
+			continue
+		}
+		keys[i].UID, _, _ = w.revisionUID(ctx, msg) // fails only fetching
+	}
+	wg.Wait()
+	for _, err := range fetchErrs {
+		if err != nil {
+			return err // only ctx ends a transient retry loop
 		}
 	}
-	sem := make(chan struct{}, max(w.opts.Parallel, 1))
-	var wg sync.WaitGroup
 	for _, lane := range sink.Lanes(keys) {
 		sem <- struct{}{}
 		wg.Add(1)

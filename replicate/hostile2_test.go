@@ -271,7 +271,14 @@ func TestSharedUIDIsDeadLetteredByPostgres(t *testing.T) {
 // whose payload names rid.
 func publishRevision(ctx context.Context, t *testing.T, bus *stream.Bus, rid, uid, updated string) {
 	t.Helper()
-	data := []byte(`{"who":"` + rid + `"}`)
+	publishRevisionOf(ctx, t, bus, rid, uid, updated, `{"who":"`+rid+`"}`)
+}
+
+// publishRevisionOf publishes revision <rid>:1 of model issue with uid
+// and this payload.
+func publishRevisionOf(ctx context.Context, t *testing.T, bus *stream.Bus, rid, uid, updated, raw string) {
+	t.Helper()
+	data := []byte(raw)
 	at, err := events.ParseTime(updated)
 	if err != nil {
 		t.Fatal(err)
