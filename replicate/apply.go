@@ -41,9 +41,9 @@ func isPermanent(err error) bool {
 
 // process applies a batch, makes it durable, then acks it; it returns the
 // highest stream sequence acked. Events of a batch are applied by up to
-// Parallel goroutines, one resource's events in stream order (the sinks
-// lock per resource, and concurrent fsyncs share the file system's
-// journal commits).
+// Parallel goroutines, one resource's events, and revisions sharing a
+// uid, in stream order (sink.Lanes; the sinks lock per resource, and
+// concurrent fsyncs share the file system's journal commits).
 func (w *Worker) process(ctx context.Context, msgs []jetstream.Msg) (uint64, error) {
 	start := time.Now()
 	if err := w.applyBatch(ctx, msgs); err != nil {
@@ -127,9 +127,14 @@ func (w *Worker) applyBatch(ctx context.Context, msgs []jetstream.Msg) error {
 	}
 	results := make([]result, len(msgs))
 	// Events of one resource keep their stream order (a purge must not
-	// overtake the meta it deletes); different resources go in parallel.
-	var groups [][]int
-	byKey := map[string]int{}
+	// overtake the meta it deletes), and so do revisions sharing a uid
+	// (the first in stream order keeps it in every sink); the other
+	// lanes go in parallel.
+	keys := make([]sink.LaneKey, len(msgs))
+	payloads := make([][]byte, len(msgs)) // records fetched by reference
+	fetchErrs := make([]error, len(msgs))
+	sem := make(chan struct{}, max(w.opts.Parallel, 1))
+	var wg sync.WaitGroup
 	for i, msg := range msgs {
 		h := msg.Headers()
 		// The subject without its kind names the model, escaped: a
@@ -138,28 +143,35 @@ func (w *Worker) applyBatch(ctx context.Context, msgs []jetstream.Msg) error {
 		if i := strings.LastIndexByte(subj, '.'); i >= 0 {
 			subj = subj[:i]
 		}
-		key := subj + "\x00" + h.Get(events.HeaderResourceID) + "\x00" + h.Get(events.HeaderFileID)
-		if h.Get(events.HeaderResourceID) == "" && h.Get(events.HeaderFileID) == "" {
-			key = fmt.Sprintf("\x01%d", i) // nothing to order it by
+		if h.Get(events.HeaderResourceID) != "" || h.Get(events.HeaderFileID) != "" {
+			keys[i].Resource = subj + "\x00" + h.Get(events.HeaderResourceID) + "\x00" + h.Get(events.HeaderFileID)
 		}
-		g, ok := byKey[key]
-		if !ok {
-			g = len(groups)
-			byKey[key] = g
-			groups = append(groups, nil)
+		if tag, _ := events.PeekTag(events.Msgpack, msg.Data()); tag == events.TagRecordRef {
+			// fetched from the object store: in parallel
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				keys[i].UID, payloads[i], fetchErrs[i] = w.revisionUID(ctx, msg)
+			}()
+			continue
 		}
-		groups[g] = append(groups[g], i)
+		keys[i].UID, _, _ = w.revisionUID(ctx, msg) // fails only fetching
 	}
-	sem := make(chan struct{}, max(w.opts.Parallel, 1))
-	var wg sync.WaitGroup
-	for _, g := range groups {
+	wg.Wait()
+	for _, err := range fetchErrs {
+		if err != nil {
+			return err // only ctx ends a transient retry loop
+		}
+	}
+	for _, lane := range sink.Lanes(keys) {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			for _, i := range g {
+			for _, i := range lane {
 				r := &results[i]
-				r.kind, r.outcome, r.err = w.applyWithRetry(ctx, msgs[i])
+				r.kind, r.outcome, r.err = w.applyWithRetry(ctx, msgs[i], payloads[i])
 			}
 		}()
 	}
@@ -281,18 +293,21 @@ func (w *Worker) retry(ctx context.Context, what string, op func() error) error 
 	})
 }
 
-func (w *Worker) applyWithRetry(ctx context.Context, msg jetstream.Msg) (kind, outcome string, err error) {
+// applyWithRetry applies msg, retrying transient errors; fetched, if not
+// nil, is the record msg refers to, already fetched from the object store.
+func (w *Worker) applyWithRetry(ctx context.Context, msg jetstream.Msg, fetched []byte) (kind, outcome string, err error) {
 	kind = msg.Headers().Get(events.HeaderKind)
 	err = w.retry(ctx, "apply "+kind, func() error {
 		var aerr error
-		outcome, aerr = w.apply(ctx, msg)
+		outcome, aerr = w.apply(ctx, msg, fetched)
 		return aerr
 	})
 	return kind, outcome, err
 }
 
-// apply decodes one event and hands it to the sink.
-func (w *Worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
+// apply decodes one event and hands it to the sink; fetched, if not nil,
+// is the record msg refers to.
+func (w *Worker) apply(ctx context.Context, msg jetstream.Msg, fetched []byte) (string, error) {
 	// The model comes from the subject, where it is escaped: the header's
 	// copy is trimmed and rewritten by the NATS client, so "issue " or
 	// "iss\nue" would land in another model's resources.
@@ -305,7 +320,55 @@ func (w *Worker) apply(ctx context.Context, msg jetstream.Msg) (string, error) {
 	if err := events.CheckModelName(model); err != nil {
 		return "", invalid("%v", err)
 	}
+	if fetched != nil {
+		return w.applyPayload(ctx, model, fetched, false)
+	}
 	return w.applyPayload(ctx, model, msg.Data(), true)
+}
+
+// revisionUID is the uid of the revision msg carries, "" for any other
+// event or one that does not decode (its apply dead-letters it). A record
+// sent by reference is fetched to read it (with retries, as its apply
+// would) and returned, for the apply to use; a reference that cannot be
+// fetched for good gives "" and nil, and its apply dead-letters it. It
+// fails only when ctx ends.
+func (w *Worker) revisionUID(ctx context.Context, msg jetstream.Msg) (string, []byte, error) {
+	payload := msg.Data()
+	tag, err := events.PeekTag(events.Msgpack, payload)
+	if err != nil {
+		return "", nil, nil
+	}
+	var fetched []byte
+	if tag == events.TagRecordRef {
+		ref, err := events.DecodeRecordRef(payload)
+		if err != nil || ref.RecordTag != events.TagRevision {
+			return "", nil, nil
+		}
+		err = w.retry(ctx, "fetch record", func() error {
+			var ferr error
+			fetched, ferr = w.fetchRecord(ctx, payload)
+			return ferr
+		})
+		switch {
+		case isPermanent(err):
+			return "", nil, nil
+		case err != nil:
+			return "", nil, err
+		}
+		payload = fetched
+	}
+	if tag, err := events.PeekTag(events.Msgpack, payload); err != nil || tag != events.TagRevision {
+		return "", fetched, nil
+	}
+	rec, err := events.DecodeRecord(events.Msgpack, payload)
+	if err != nil {
+		return "", fetched, nil
+	}
+	res, err := rec.(*events.RevisionRecord).Resource()
+	if err != nil {
+		return "", fetched, nil
+	}
+	return res.Info.UID, fetched, nil
 }
 
 // applyPayload applies one record's payload to the sink; byRef allows a

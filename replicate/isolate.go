@@ -20,7 +20,7 @@ func (w *Worker) isolate(ctx context.Context, msgs []jetstream.Msg, cause error)
 	w.log.Warn("a flush refused a record; writing the batch one event at a time to dead-letter it",
 		"sink", w.opts.Name, "events", len(msgs), "err", cause)
 	for _, msg := range msgs {
-		if _, _, err := w.applyWithRetry(ctx, msg); err != nil {
+		if _, _, err := w.applyWithRetry(ctx, msg, nil); err != nil {
 			if isPermanent(err) {
 				continue // dead-lettered by applyBatch
 			}

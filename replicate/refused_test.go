@@ -43,7 +43,7 @@ func TestRefusalIsMatchedByTheEventItself(t *testing.T) {
 			url := postgresSinkURL(t)
 			publishRevision(ctx, t, bus, "victim", uid, "2024-05-01T00:00:00Z")
 			drainIntoURL(ctx, t, bus, url, "pg-uid")
-			publishRevisionWith(ctx, t, bus, tc.rid, uid, "2024-06-01T00:00:00Z", tc.headers)
+			publishRevisionWith(ctx, t, bus, tc.rid, uid, "2024-06-01T00:00:00Z", `{"who":"evil"}`, tc.headers)
 			w := drainIntoURL(ctx, t, bus, url, "pg-uid")
 			if st := w.Stats(); st.DeadLettered != 1 {
 				t.Fatalf("stats %+v: the revision of %q that reuses victim's uid must be dead-lettered", st, tc.rid)

@@ -14,3 +14,7 @@ func ServerDSN() string { return pgDSNWith("pool_max_conns=4") }
 
 // Prefix is the table prefix s writes.
 func (p *Sink) Prefix() string { return p.opts.TablePrefix }
+
+// CopyAlways makes every Flush of p write by COPY, as a batch of
+// pgCopyFrom rows or more does (and, while p is fresh, without reading).
+func (p *Sink) CopyAlways() { p.copyFrom = 1 }

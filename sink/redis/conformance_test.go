@@ -2,8 +2,10 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +37,35 @@ func openStore(t testing.TB, prefix string, enc events.Encoding) *redis.Sink {
 	return st
 }
 
+// dumpKeys lists every key of st's prefix (any model) in byte order,
+// with its value; the prefix's text before the model is left out, as it
+// differs between stores.
+func dumpKeys(t *testing.T, st *redis.Sink) string {
+	t.Helper()
+	ctx := context.Background()
+	prefix := st.Options().Prefix
+	pattern := strings.ReplaceAll(prefix, redis.ModelPlaceholder, "*") + "*"
+	own, _, _ := strings.Cut(prefix, redis.ModelPlaceholder)
+	var keys []string
+	iter := st.Client().Scan(ctx, 0, pattern, 1000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatalf("scan %s: %v", pattern, err)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range slices.Compact(keys) { // SCAN may return a key twice
+		v, err := st.Client().Get(ctx, k).Bytes()
+		if err != nil {
+			t.Fatalf("get %q: %v", k, err)
+		}
+		fmt.Fprintf(&b, "%q %x\n", strings.TrimPrefix(k, own), v)
+	}
+	return b.String()
+}
+
 // TestConformance runs the sink conformance suite against the Redis meta
 // store alone (metas only, in both encodings), and as the meta layer of a
 // deployment whose revisions and blobs are on disk, as SpecStar's
@@ -61,6 +92,7 @@ func TestConformance(t *testing.T) {
 				},
 				Metas:  true,
 				Queued: true, // Flush decides newer-wins
+				Dump:   func(t *testing.T, s sink.Sink) string { return dumpKeys(t, s.(*redis.Sink)) },
 			})
 		})
 	}

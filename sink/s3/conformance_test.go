@@ -3,6 +3,7 @@ package s3_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -42,7 +43,39 @@ func S3Backend(srv *s3test.Server) sinktest.Backend {
 		Outside: func(t *testing.T, s sink.Sink) string {
 			return keysBeside(t, srv, s3.BucketOf(s.(*s3.Sink)))
 		},
+		Dump: func(t *testing.T, s sink.Sink) string {
+			return dumpBucket(t, srv, s3.BucketOf(s.(*s3.Sink)))
+		},
 	}
+}
+
+// dumpBucket lists every object of bucket in key order: its key, content
+// type and bytes.
+func dumpBucket(t *testing.T, srv *s3test.Server, bucket string) string {
+	t.Helper()
+	ctx := context.Background()
+	c := srv.Client(t)
+	var b strings.Builder
+	p := awss3.NewListObjectsV2Paginator(c, &awss3.ListObjectsV2Input{Bucket: aws.String(bucket)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			t.Fatalf("list bucket %s: %v", bucket, err)
+		}
+		for _, o := range page.Contents {
+			obj, err := c.GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: o.Key})
+			if err != nil {
+				t.Fatalf("get s3://%s/%s: %v", bucket, aws.ToString(o.Key), err)
+			}
+			data, err := io.ReadAll(obj.Body)
+			obj.Body.Close()
+			if err != nil {
+				t.Fatalf("read s3://%s/%s: %v", bucket, aws.ToString(o.Key), err)
+			}
+			fmt.Fprintf(&b, "%s %q %x\n", aws.ToString(o.Key), aws.ToString(obj.ContentType), data)
+		}
+	}
+	return b.String()
 }
 
 func openS3(t *testing.T, srv *s3test.Server, bucket string) *s3.Sink {
