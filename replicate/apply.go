@@ -326,23 +326,23 @@ func (w *Worker) apply(ctx context.Context, msg jetstream.Msg, fetched []byte) (
 	return w.applyPayload(ctx, model, msg.Data(), true)
 }
 
-// revisionUID is the uid of the revision msg carries, "" for any other
-// event or one that does not decode (its apply dead-letters it). A record
+// revisionOf is the RevisionInfo of the revision msg carries, nil for any
+// other event or one that does not decode (its apply dead-letters it). A record
 // sent by reference is fetched to read it (with retries, as its apply
 // would) and returned, for the apply to use; a reference that cannot be
-// fetched for good gives "" and nil, and its apply dead-letters it. It
+// fetched for good gives nil and nil, and its apply dead-letters it. It
 // fails only when ctx ends.
-func (w *Worker) revisionUID(ctx context.Context, msg jetstream.Msg) (string, []byte, error) {
+func (w *Worker) revisionOf(ctx context.Context, msg jetstream.Msg) (*events.RevisionInfo, []byte, error) {
 	payload := msg.Data()
 	tag, err := events.PeekTag(events.Msgpack, payload)
 	if err != nil {
-		return "", nil, nil
+		return nil, nil, nil
 	}
 	var fetched []byte
 	if tag == events.TagRecordRef {
 		ref, err := events.DecodeRecordRef(payload)
 		if err != nil || ref.RecordTag != events.TagRevision {
-			return "", nil, nil
+			return nil, nil, nil
 		}
 		err = w.retry(ctx, "fetch record", func() error {
 			var ferr error
@@ -351,24 +351,34 @@ func (w *Worker) revisionUID(ctx context.Context, msg jetstream.Msg) (string, []
 		})
 		switch {
 		case isPermanent(err):
-			return "", nil, nil
+			return nil, nil, nil
 		case err != nil:
-			return "", nil, err
+			return nil, nil, err
 		}
 		payload = fetched
 	}
 	if tag, err := events.PeekTag(events.Msgpack, payload); err != nil || tag != events.TagRevision {
-		return "", fetched, nil
+		return nil, fetched, nil
 	}
 	rec, err := events.DecodeRecord(events.Msgpack, payload)
 	if err != nil {
-		return "", fetched, nil
+		return nil, fetched, nil
 	}
 	res, err := rec.(*events.RevisionRecord).Resource()
 	if err != nil {
-		return "", fetched, nil
+		return nil, fetched, nil
 	}
-	return res.Info.UID, fetched, nil
+	return &res.Info, fetched, nil
+}
+
+// revisionUID is revisionOf's uid ("" for no revision), and the record
+// fetched by reference, for the lanes of applyBatch.
+func (w *Worker) revisionUID(ctx context.Context, msg jetstream.Msg) (string, []byte, error) {
+	info, fetched, err := w.revisionOf(ctx, msg)
+	if info == nil {
+		return "", fetched, err
+	}
+	return info.UID, fetched, err
 }
 
 // applyPayload applies one record's payload to the sink; byRef allows a

@@ -24,7 +24,10 @@ func (w *Worker) deadLetterRefused(ctx context.Context, msgs []jetstream.Msg) er
 		return nil
 	}
 	used := map[int]bool{}
-	revs := batchRevisions(msgs)
+	revs, err := w.batchRevisions(ctx, msgs)
+	if err != nil {
+		return err
+	}
 	for _, ref := range refused {
 		i := refusedEvent(revs, ref, used)
 		if i < 0 {
@@ -43,26 +46,21 @@ func (w *Worker) deadLetterRefused(ctx context.Context, msgs []jetstream.Msg) er
 }
 
 // batchRevisions is the RevisionInfo of each revision event of msgs, by
-// index, read from the payloads the sink applied (nil for any other
-// event): a header can differ from its payload (the NATS client trims a
-// trailing space from a value; a publisher may send none), the payload
-// cannot.
-func batchRevisions(msgs []jetstream.Msg) []*events.RevisionInfo {
+// index, read from the payloads the sink applied (those sent by reference
+// fetched again: refusals are rare), nil for any other event: a header
+// can differ from its payload (the NATS client trims a trailing space
+// from a value; a publisher may send none), the payload cannot. It fails
+// only when ctx ends.
+func (w *Worker) batchRevisions(ctx context.Context, msgs []jetstream.Msg) ([]*events.RevisionInfo, error) {
 	out := make([]*events.RevisionInfo, len(msgs))
 	for i, msg := range msgs {
-		rec, err := events.DecodeRecord(events.Msgpack, msg.Data())
+		info, _, err := w.revisionOf(ctx, msg)
 		if err != nil {
-			continue
+			return nil, err
 		}
-		rev, ok := rec.(*events.RevisionRecord)
-		if !ok {
-			continue
-		}
-		if res, err := rev.Resource(); err == nil {
-			out[i] = &res.Info
-		}
+		out[i] = info
 	}
-	return out
+	return out, nil
 }
 
 // refusedEvent is the index in revs (see batchRevisions) of the revision
