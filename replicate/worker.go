@@ -257,6 +257,10 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 			runErr = err
 		}
 	}()
+	if ci, err := w.consumerInfo(ctx, cons); err == nil {
+		w.log.Info("consuming", "sink", w.opts.Display, "consumer", w.opts.Name, "stream", w.bus.Config().Stream,
+			"ack_floor", ci.AckFloor.Stream, "pending", ci.NumPending, "until_drained", w.opts.UntilDrained)
+	}
 	go w.watchConsumer(ctx, cons)
 	size := w.opts.Batch
 	// While a backlog waits, the next batch is fetched while this one is
@@ -487,14 +491,25 @@ func (w *Worker) warnHoles(ctx context.Context, sinfo *jetstream.StreamInfo) {
 		"sink", w.opts.Display, "deleted", holes.Count)
 }
 
+// summaryEvery is how often a worker logs a summary line at INFO (what a
+// service's `kubectl logs` shows of it).
+const summaryEvery = time.Minute
+
 // watchConsumer copies the consumer's figures into the metrics every few
-// seconds until ctx ends.
+// seconds, and logs a summary every summaryEvery, until ctx ends.
 func (w *Worker) watchConsumer(ctx context.Context, cons jetstream.Consumer) {
 	t := time.NewTicker(5 * time.Second)
 	defer t.Stop()
 	name := w.opts.Name
+	lastSummary, lastApplied := time.Now(), int64(0)
 	for {
 		if info, err := cons.Info(ctx); err == nil {
+			if time.Since(lastSummary) >= summaryEvery {
+				st := w.Stats()
+				w.log.Info("sink summary", "sink", w.opts.Display, "applied", st.Applied, "applied_since_last", st.Applied-lastApplied,
+					"dead_lettered", st.DeadLettered, "pending", info.NumPending, "ack_floor", info.AckFloor.Stream)
+				lastSummary, lastApplied = time.Now(), st.Applied
+			}
 			w.m.pending.WithLabelValues(name).Set(float64(info.NumPending))
 			w.m.ackPending.WithLabelValues(name).Set(float64(info.NumAckPending))
 			w.m.ackFloor.WithLabelValues(name).Set(float64(info.AckFloor.Stream))

@@ -105,7 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	stderr, done := cli.StderrFor(stderr, args)
 	defer done()
-	log := cli.LoggerFor(stderr, args)
+	log := cli.LoggerFor(stderr, args, cli.Service(args, []string{"run"}, []string{"until-drained"}))
 	redissink.RouteLogs(log)
 	switch cmd := args[0]; cmd {
 	case "help", "-h", "--help":

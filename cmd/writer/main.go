@@ -89,7 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if f := commands[args[0]]; f != nil {
 		stderr, done := cli.StderrFor(stderr, args)
 		defer done()
-		log := cli.LoggerFor(stderr, args)
+		log := cli.LoggerFor(stderr, args, cli.Service(args, []string{"tail"}, []string{"drop-slot"}))
 		redissink.RouteLogs(log)
 		return f(ctx, args[1:], stdout, stderr, log)
 	}

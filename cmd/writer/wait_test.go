@@ -232,6 +232,10 @@ func TestTailOfNoTablesSaysSo(t *testing.T) {
 		info, err := bus.Stream.Info(ctx)
 		return err == nil && info.State.Msgs >= 2
 	})
+	// A service logs its lifecycle at INFO without -v (issue 34, item 4).
+	if !strings.Contains(errs.String(), `level=INFO msg="following changes by polling"`) {
+		t.Errorf("tail did not log at INFO how it follows:\n%s", errs.String())
+	}
 	cancel()
 	if code := <-done; code != exitOK {
 		t.Errorf("tail stopped with exit %d:\n%s%s", code, out.String(), errs.String())

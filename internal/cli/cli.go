@@ -88,7 +88,8 @@ const DeprecatedMark = "(deprecated: use "
 // --log-format (read before parsing, by Logger's caller: see LogFormat).
 func (c *Command) FlagSet(verbose *bool) *flag.FlagSet {
 	fs := flag.NewFlagSet(c.Name, flag.ContinueOnError)
-	fs.BoolVar(verbose, "v", false, "log INFO lines (progress, connections) on stderr")
+	fs.BoolVar(verbose, "v", false, "log INFO lines (progress, connections) on stderr (services log them unless -q)")
+	fs.Bool("q", false, "log WARN and above only, also for a service (run without --until-drained, tail)")
 	fs.Func("log-format", "how stderr's log lines are written: text (key=value, the default) or json (one JSON object per line, the same fields)", func(v string) error {
 		_, err := parseLogFormat(v)
 		return err
@@ -335,9 +336,46 @@ func Logger(stderr io.Writer, verbose bool) *slog.Logger {
 	return NewLogger(stderr, verbose, LogText)
 }
 
-// LoggerFor is the logger a command line asks for: -v and --log-format.
-func LoggerFor(stderr io.Writer, args []string) *slog.Logger {
-	return NewLogger(stderr, Verbose(args), LogFormat(args))
+// LoggerFor is the logger a command line asks for: -v, -q and
+// --log-format. A service (a process that runs until stopped, such as
+// `replicator run` or `writer tail`) logs its lifecycle at INFO unless -q,
+// as nats-server, Litestream and Debezium do, so that `kubectl logs` says
+// what it does; a one-shot command logs INFO only with -v.
+func LoggerFor(stderr io.Writer, args []string, service bool) *slog.Logger {
+	verbose := Verbose(args) || service && !hasBoolFlag(args, "q")
+	return NewLogger(stderr, verbose, LogFormat(args))
+}
+
+// hasBoolFlag reports whether args (before any "--") set the boolean
+// flag name, as -name, --name or with =true.
+func hasBoolFlag(args []string, name string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		switch strings.TrimLeft(a, "-") {
+		case name, name + "=true":
+			if strings.HasPrefix(a, "-") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Service reports whether args, a command line of cmd, run until stopped
+// rather than to an end: cmd is one of services and none of ends (flags
+// that make it a one-shot job, such as --until-drained) is set.
+func Service(args []string, services, ends []string) bool {
+	if len(args) == 0 || !slices.Contains(services, args[0]) {
+		return false
+	}
+	for _, e := range ends {
+		if hasBoolFlag(args[1:], e) {
+			return false
+		}
+	}
+	return true
 }
 
 // NewLogger writes on stderr in format (LogText or LogJSON: one object
