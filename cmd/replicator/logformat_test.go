@@ -46,3 +46,30 @@ func TestLogFormatJSON(t *testing.T) {
 		t.Errorf("status --log-format yaml: exit %d, want a usage error:\n%s", code, errs)
 	}
 }
+
+// TestLogFlagsBeforeTheCommand (issue 34, smaller items): `replicator
+// --log-format json` with no command printed its usage as plain text,
+// and log flags given before the command were taken for a command. The
+// usage comes as JSON lines, and `-v`, `-q` and `--log-format X` before
+// the command mean what they mean after it.
+func TestLogFlagsBeforeTheCommand(t *testing.T) {
+	allJSON := func(what, errs string) {
+		t.Helper()
+		for _, l := range strings.Split(strings.TrimSpace(errs), "\n") {
+			var obj map[string]any
+			if err := json.Unmarshal([]byte(l), &obj); err != nil {
+				t.Errorf("%s: stderr line %q is no JSON object", what, l)
+			}
+		}
+	}
+	code, _, errs := runCmd(t, "--log-format", "json")
+	if code != exitError || !strings.Contains(errs, "usage: replicator") {
+		t.Errorf("--log-format json alone: exit %d, want the usage (exit 2):\n%s", code, errs)
+	}
+	allJSON("--log-format json alone", errs)
+	code, _, errs = runCmd(t, "--log-format=json", "-v", "status", "--nats", "nats://127.0.0.1:1")
+	if code == exitOK || !strings.Contains(errs, "replicator status") {
+		t.Errorf("--log-format=json -v status: exit %d, want status's own failure:\n%s", code, errs)
+	}
+	allJSON("--log-format=json -v status", errs)
+}

@@ -92,6 +92,9 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	stderr, done := cli.StderrFor(stderr, args) // usage lines too, with --log-format json
+	defer done()
+	args = cli.CommandFirst(args)
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitError
@@ -103,10 +106,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return run(ctx, append(append([]string{}, args[1:]...), "--help"), stdout, stderr)
 	}
-	stderr, done := cli.StderrFor(stderr, args)
-	defer done()
 	log := cli.LoggerFor(stderr, args, cli.Service(args, []string{"run"}, []string{"until-drained"}))
 	redissink.RouteLogs(log)
+	slog.SetDefault(log) // for libraries that log on their own (the AWS SDK: sink/s3)
 	switch cmd := args[0]; cmd {
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

@@ -74,6 +74,9 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 
 // run is the whole command, with its streams passed in so tests can call it.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	stderr, done := cli.StderrFor(stderr, args) // usage lines too, with --log-format json
+	defer done()
+	args = cli.CommandFirst(args)
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitError
@@ -87,10 +90,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if f := commands[args[0]]; f != nil {
-		stderr, done := cli.StderrFor(stderr, args)
-		defer done()
 		log := cli.LoggerFor(stderr, args, cli.Service(args, []string{"tail"}, []string{"drop-slot"}))
 		redissink.RouteLogs(log)
+		slog.SetDefault(log) // for libraries that log on their own (the AWS SDK: sink/s3)
 		return f(ctx, args[1:], stdout, stderr, log)
 	}
 	fmt.Fprintf(stderr, "writer: unknown command %q\n\n%s", args[0], usage)

@@ -108,7 +108,7 @@ func parseLogFormat(v string) (string, error) {
 	case LogText, LogJSON:
 		return v, nil
 	}
-	return "", fmt.Errorf("%q is no log format (want text or json)", v)
+	return "", fmt.Errorf("%q is no log format (want text or json; this error is text, since no format was understood)", v)
 }
 
 // LogFormat is the --log-format args give (the last one), so that the
@@ -361,6 +361,40 @@ func hasBoolFlag(args []string, name string) bool {
 		}
 	}
 	return false
+}
+
+// CommandFirst moves the log flags given before the command (-v, -q,
+// --log-format X), as in `writer --log-format json inspect ...`, to after
+// it, where the command's flag set reads them; with no command after
+// them, nothing is left (the caller prints its usage).
+func CommandFirst(args []string) []string {
+	var lead []string
+	i := 0
+	for i < len(args) {
+		a := args[i]
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		switch {
+		case !strings.HasPrefix(a, "-"):
+		case name == "v" || name == "q":
+			lead, i = append(lead, a), i+1
+			continue
+		case name == "log-format" && hasValue:
+			lead, i = append(lead, a), i+1
+			continue
+		case name == "log-format" && i+1 < len(args):
+			lead, i = append(lead, a, args[i+1]), i+2
+			continue
+		}
+		break
+	}
+	if len(lead) == 0 {
+		return args
+	}
+	if i >= len(args) {
+		return nil
+	}
+	out := append([]string{args[i]}, lead...)
+	return append(out, args[i+1:]...)
 }
 
 // Service reports whether args, a command line of cmd, run until stopped

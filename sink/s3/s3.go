@@ -183,7 +183,7 @@ func openS3(ctx context.Context, opts Options, loadOpts ...func(*config.LoadOpti
 	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
 		tr.MaxIdleConnsPerHost = 2 * o.Concurrency
 	})
-	loadOpts = append([]func(*config.LoadOptions) error{config.WithHTTPClient(httpClient)}, loadOpts...)
+	loadOpts = append([]func(*config.LoadOptions) error{config.WithHTTPClient(httpClient), config.WithLogger(sdkLogger{})}, loadOpts...)
 	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("sink: s3: load AWS configuration: %w", err)
