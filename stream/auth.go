@@ -50,6 +50,15 @@ func (a *Auth) Register(fs *flag.FlagSet) {
 	fs.StringVar(&a.TLSKey, "tls-key", "", "PEM key of --tls-cert")
 }
 
+// RegisterMirror adds --mirror-of, --mirror-domain and --mirror-api-prefix,
+// so that every command connecting in a mirror region takes the same
+// flags with the same meaning.
+func (c *Config) RegisterMirror(fs *flag.FlagSet) {
+	fs.StringVar(&c.MirrorOf, "mirror-of", "", "the stream is a read-only mirror of this upstream stream (and its blob bucket), e.g. another region's SPECSTAR: created so by run, checked by every other command")
+	fs.StringVar(&c.MirrorDomain, "mirror-domain", "", "JetStream domain of the --mirror-of stream (leaf-node regions): API prefix $JS.<domain>.API")
+	fs.StringVar(&c.MirrorAPIPrefix, "mirror-api-prefix", "", "external JetStream API prefix of the --mirror-of stream (instead of --mirror-domain)")
+}
+
 // RegisterSyncInterval adds --sync-interval, the embedded server's flush
 // policy (Config.SyncInterval), to a command that may host that server.
 func (c *Config) RegisterSyncInterval(fs *flag.FlagSet) {

@@ -39,14 +39,12 @@ func (b *busFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&b.cfg.MaxBytes, "max-bytes", 0, "stream retention by size (0: unlimited)")
 	fs.StringVar(&b.cfg.Retention, "retention", "limits", "stream retention policy: limits, interest or workqueue")
 	fs.DurationVar(&b.cfg.DuplicateWindow, "duplicate-window", time.Hour, "how long JetStream drops re-published records by message id")
-	fs.StringVar(&b.cfg.MirrorOf, "mirror-of", "", "make the stream a read-only mirror of this upstream stream (and its blob bucket), e.g. another region's SPECSTAR")
-	fs.StringVar(&b.cfg.MirrorDomain, "mirror-domain", "", "JetStream domain of the --mirror-of stream (leaf-node regions): API prefix $JS.<domain>.API")
-	fs.StringVar(&b.cfg.MirrorAPIPrefix, "mirror-api-prefix", "", "external JetStream API prefix of the --mirror-of stream (instead of --mirror-domain)")
 }
 
 // registerConn adds the flags that say where the stream is, and only
 // those: a read-only command (status, dlq list, stream info) creates no
-// stream, so it lists no stream settings.
+// stream, so it lists no stream settings; whether it is a mirror (and of
+// what) is where it is, so every command takes the mirror flags.
 func (b *busFlags) registerConn(fs *flag.FlagSet) {
 	b.cfg.Replicas, b.cfg.Retention, b.cfg.DuplicateWindow = 1, "limits", time.Hour // register's defaults
 	fs.StringVar(&b.cfg.URL, "nats", os.Getenv("NATS_URL"), "NATS server URL (default $NATS_URL; empty runs an embedded JetStream server)")
@@ -54,6 +52,7 @@ func (b *busFlags) registerConn(fs *flag.FlagSet) {
 	fs.StringVar(&b.cfg.SubjectPrefix, "subject-prefix", "specstar", "subject prefix of events")
 	fs.StringVar(&b.cfg.DataDir, "data-dir", stream.DefaultDataDir(), "embedded server's data directory")
 	fs.StringVar(&b.cfg.Domain, "domain", "", "JetStream domain of the embedded server")
+	b.cfg.RegisterMirror(fs)
 	b.cfg.RegisterSyncInterval(fs)
 	b.cfg.Auth.Register(fs)
 }

@@ -205,6 +205,7 @@ func (p *pointInTime) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.bus.Stream, "stream", "SPECSTAR", "with --at: JetStream stream name")
 	fs.StringVar(&p.bus.SubjectPrefix, "subject-prefix", "specstar", "with --at: subject prefix of events")
 	fs.StringVar(&p.bus.DataDir, "data-dir", stream.DefaultDataDir(), "with --at: embedded server's data directory")
+	p.bus.RegisterMirror(fs)
 	p.bus.RegisterSyncInterval(fs)
 	p.bus.Auth.Register(fs)
 }
