@@ -75,30 +75,73 @@ func embeddedToken(dataDir string, create bool) (string, error) {
 
 // startOrJoinEmbedded returns the URL of the embedded server for dataDir
 // and the token it requires, starting it (and returning it as e) if no
-// other process runs it.
-func startOrJoinEmbedded(cfg Config, log *slog.Logger) (e *embedded, url, token string, err error) {
+// other process runs it; it waits (until deadline) for a host still
+// starting, and hosts the server itself if the host lets go meanwhile.
+func startOrJoinEmbedded(cfg Config, log *slog.Logger, deadline time.Time) (e *embedded, url, token string, err error) {
 	dataDir := cfg.DataDir
 	if err := privateDataDir(dataDir); err != nil {
 		return nil, "", "", err
 	}
-	e, err = tryHostEmbedded(cfg, 0)
-	if err != nil {
-		return nil, "", "", err
-	}
-	if e == nil {
-		url, err := waitForURL(dataDir, 10*time.Second)
+	start, said := time.Now(), time.Now()
+	for {
+		e, err = tryHostEmbedded(cfg, 0)
 		if err != nil {
 			return nil, "", "", err
 		}
-		token, err := embeddedToken(dataDir, false)
-		if err != nil {
-			return nil, "", "", fmt.Errorf("join the embedded NATS server of %s: %w", dataDir, err)
+		if e != nil {
+			log.Info("started embedded NATS JetStream server", "url", e.url, "data_dir", dataDir)
+			return e, e.url, e.token, nil
 		}
-		log.Info("joining the embedded NATS server another process runs", "url", url, "data_dir", dataDir)
-		return nil, url, token, nil
+		// Another process holds the directory: join it once the server it
+		// runs answers at the URL it published (a URL left by a host that
+		// is gone does not answer); take over if it lets go of the lock.
+		if url := currentURL(dataDir); url != "" && answers(url) {
+			token, err := embeddedToken(dataDir, false)
+			if err != nil {
+				return nil, "", "", fmt.Errorf("join the embedded NATS server of %s: %w", dataDir, err)
+			}
+			log.Info("joining the embedded NATS server another process runs", "url", url, "data_dir", dataDir)
+			return nil, url, token, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, "", "", fmt.Errorf("embedded NATS data dir %s is locked by another process that published no URL its server answers at within %s", dataDir, time.Since(start).Round(time.Second))
+		}
+		if time.Since(said) >= 5*time.Second {
+			said = time.Now()
+			log.Info("waiting for the process that holds the embedded NATS data dir to start its server", "data_dir", dataDir, "waited", time.Since(start).Round(time.Second).String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	log.Info("started embedded NATS JetStream server", "url", e.url, "data_dir", dataDir)
-	return e, e.url, e.token, nil
+}
+
+// joinWait bounds how long a process waits for the one holding the data
+// directory to start its server (recovering a large stream takes time).
+const joinWait = 2 * time.Minute
+
+// lockFree reports whether no process holds dataDir's lock (taking and
+// releasing it to tell).
+func lockFree(dataDir string) bool {
+	f, err := os.OpenFile(filepath.Join(dataDir, lockFile), os.O_RDWR, 0)
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		return false
+	}
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return true
+}
+
+// answers reports whether something listens at url's address.
+func answers(url string) bool {
+	addr := strings.TrimPrefix(url, "nats://")
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // tryHostEmbedded takes cfg.DataDir's lock and starts the embedded server
@@ -273,20 +316,6 @@ func (d *dirDialer) port() int {
 	}
 	n, _ := strconv.Atoi(p)
 	return n
-}
-
-func waitForURL(dataDir string, wait time.Duration) (string, error) {
-	deadline := time.Now().Add(wait)
-	for {
-		b, err := os.ReadFile(filepath.Join(dataDir, urlFile))
-		if err == nil && len(b) > 0 {
-			return strings.TrimSpace(string(b)), nil
-		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("embedded NATS data dir %s is locked by another process that published no URL", dataDir)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 func (e *embedded) stop() {

@@ -195,34 +195,10 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 	for _, w := range cfg.Auth.looseSecrets() {
 		log.Warn(w)
 	}
-	if url == "" {
-		e, u, token, err := startOrJoinEmbedded(cfg, log)
-		if err != nil {
-			return nil, err
-		}
-		tlsConfig, err := embeddedClientTLS(cfg.DataDir)
-		if err != nil {
-			e.stop()
-			return nil, err
-		}
-		b.emb, url, b.token = e, u, token
-		b.dialer = &dirDialer{dataDir: cfg.DataDir, net: net.Dialer{Timeout: 2 * time.Second}}
-		b.lost = make(chan struct{}, 1)
-		extra = append(extra, nats.Token(token), nats.SetCustomDialer(b.dialer))
-		if e == nil {
-			// A client: the token goes only to a server that proves it
-			// holds the data directory's key, never to whoever listens
-			// on the port. The host dials the server it runs itself, at
-			// the URL it wrote, so it spares itself the encryption.
-			extra = append(extra, nats.Secure(tlsConfig))
-		}
-	} else if err := CheckURL(url); err != nil {
-		return nil, err
-	}
-	nc, err := b.connect(ctx, url, append(extra,
+	connOpts := []nats.Option{
 		nats.Name("specstar-replicator"),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(500*time.Millisecond),
+		nats.ReconnectWait(500 * time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("NATS disconnected", "err", err)
@@ -235,10 +211,19 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", RedactURL(b.URL())) }),
-	)...)
-	if err != nil {
-		b.emb.stop()
-		return nil, connectError(url, cfg.Auth, err)
+	}
+	var nc *nats.Conn
+	if url == "" {
+		if nc, err = b.openEmbedded(ctx, extra, connOpts); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := CheckURL(url); err != nil {
+			return nil, err
+		}
+		if nc, err = b.connect(ctx, url, append(extra, connOpts...)...); err != nil {
+			return nil, connectError(url, cfg.Auth, err)
+		}
 	}
 	b.NC = nc
 	if b.lost != nil {
@@ -254,6 +239,53 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// openEmbedded hosts the data directory's embedded server, or joins the
+// process that hosts it, and connects. A join whose connection fails (the
+// host was stopping: its last events drained, say) starts over, hosting
+// the server if the directory is free by then, until joinWait has passed:
+// processes started together must end in one host and the rest joined.
+func (b *Bus) openEmbedded(ctx context.Context, extra, connOpts []nats.Option) (*nats.Conn, error) {
+	cfg := b.cfg
+	deadline := time.Now().Add(joinWait)
+	for {
+		e, url, token, err := startOrJoinEmbedded(cfg, b.log, deadline)
+		if err != nil {
+			return nil, err
+		}
+		tlsConfig, err := embeddedClientTLS(cfg.DataDir)
+		if err != nil {
+			e.stop()
+			return nil, err
+		}
+		b.emb, b.token = e, token
+		b.dialer = &dirDialer{dataDir: cfg.DataDir, net: net.Dialer{Timeout: 2 * time.Second}}
+		b.lost = make(chan struct{}, 1)
+		opts := append(append([]nats.Option{}, extra...), nats.Token(token), nats.SetCustomDialer(b.dialer))
+		if e == nil {
+			// A client: the token goes only to a server that proves it
+			// holds the data directory's key, never to whoever listens
+			// on the port. The host dials the server it runs itself, at
+			// the URL it wrote, so it spares itself the encryption.
+			opts = append(opts, nats.Secure(tlsConfig))
+		}
+		nc, err := b.connect(ctx, url, append(opts, connOpts...)...)
+		if err == nil {
+			return nc, nil
+		}
+		e.stop()
+		// Only a host that went away is worth another try: the URL it
+		// published is gone or replaced, or the lock is free. A server
+		// still named there that refuses us (not the directory's: it
+		// fails the TLS check) is an error now.
+		hostLeft := currentURL(cfg.DataDir) != url || lockFree(cfg.DataDir)
+		if e != nil || !hostLeft || time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, connectError(url, cfg.Auth, err)
+		}
+		b.log.Info("the embedded NATS server joined went away; starting over", "url", url, "err", err)
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // connect dials url, waiting for the server while it cannot be reached
