@@ -2,6 +2,7 @@ package k8s_test
 
 import (
 	"fmt"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path"
@@ -336,6 +337,25 @@ func checkNamedDeployments(t *testing.T, r rendered, w workload, c corev1.Contai
 		case !ok:
 			t.Errorf("%s: --%s %s: no such deployment in %s", where, flagName, name, cfgPath)
 			continue
+		}
+		// Every Postgres connection verifies the server (issue 34: require
+		// encrypts without checking who answers), with a CA the container
+		// mounts from the Secret the README creates.
+		for _, l := range []deployment.Layer{deployment.MetaLayer, deployment.ResourcesLayer, deployment.BlobsLayer} {
+			u := d.Layer(l)
+			if deployment.Scheme(u) != "postgres" {
+				continue
+			}
+			q := u[strings.Index(u, "?")+1:]
+			vals, _ := neturl.ParseQuery(q)
+			ca := vals.Get("sslrootcert")
+			if vals.Get("sslmode") != "verify-full" || ca == "" {
+				t.Errorf("%s: --%s %s: %s connects to Postgres with sslmode=%q, sslrootcert=%q; want verify-full with the server's CA", where, flagName, name, l, vals.Get("sslmode"), ca)
+				continue
+			}
+			if !mountsSecret(w.template.Spec, c, path.Dir(ca), "specstar-postgres-ca") {
+				t.Errorf("%s: --%s %s: sslrootcert %s is not in the mounted Secret specstar-postgres-ca", where, flagName, name, ca)
+			}
 		}
 		if flagName == "from" {
 			if deployment.Scheme(d.Layer(deployment.MetaLayer)) != "postgres" {
