@@ -503,6 +503,27 @@ func checkNetworkPolicies(t *testing.T, r rendered) {
 			}
 		}
 	}
+	// The NATS monitoring port answers without authentication (server,
+	// account and connection details): only the monitoring namespace may
+	// reach it, never the workloads' pods (issue 34's platform review).
+	for _, np := range nps {
+		for _, in := range np.Spec.Ingress {
+			opens := slices.ContainsFunc(in.Ports, func(p networkingv1.NetworkPolicyPort) bool {
+				return p.Port != nil && (p.Port.String() == "8222" || p.Port.String() == "monitor")
+			})
+			if !opens {
+				continue
+			}
+			for _, from := range in.From {
+				if ns := from.NamespaceSelector; from.PodSelector != nil || ns == nil || ns.MatchLabels["kubernetes.io/metadata.name"] != "monitoring" {
+					t.Errorf("NetworkPolicy %s opens the NATS monitoring port to %+v; only the monitoring namespace may reach it", np.Name, from)
+				}
+			}
+			if len(in.From) == 0 {
+				t.Errorf("NetworkPolicy %s opens the NATS monitoring port to everyone", np.Name)
+			}
+		}
+	}
 	for _, w := range ws {
 		if !slices.ContainsFunc(nps, func(np *networkingv1.NetworkPolicy) bool { return selects(t, &np.Spec.PodSelector, w.template.Labels) }) {
 			t.Errorf("%s: no NetworkPolicy selects its pods", w)
