@@ -85,6 +85,14 @@ type BlobLister interface {
 	BlobIDs(ctx context.Context) iter.Seq2[string, error]
 }
 
+// Exclusive is a Sink that several writers may share (each holding it
+// shared while open) and that a restore holds alone: Exclusive fails
+// while another writer has it open, and makes every later writer's Open
+// fail until this one is closed. (A disk sink is always held alone.)
+type Exclusive interface {
+	Exclusive(ctx context.Context) error
+}
+
 // Outcome tells the caller what an Apply call did, so that replays and
 // out-of-order deliveries can be counted and acknowledged as no-ops.
 type Outcome = store.Outcome

@@ -299,3 +299,19 @@ func (l *Sink) BlobIDs(ctx context.Context) iter.Seq2[string, error] {
 		return b.BlobIDs(ctx)
 	}
 }
+
+// Exclusive holds, for the caller alone, every store that several
+// writers may share (see sink.Exclusive).
+func (l *Sink) Exclusive(ctx context.Context) error {
+	type exclusive interface {
+		Exclusive(ctx context.Context) error
+	}
+	for _, a := range l.all {
+		if e, ok := a.(exclusive); ok {
+			if err := e.Exclusive(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
