@@ -248,6 +248,14 @@ func Restore(ctx context.Context, bus *stream.Bus, snk sink.Sink, opts RestoreOp
 			opts.Logger.Warn((&IncompleteError{Restorable: r}).Error() + "; going on because of --accept-gap")
 		}
 	}
+	// A run writing into the sink while it is restored would leave a later
+	// state where the restore claims its point: a sink several writers may
+	// share is held for the restore alone (a disk sink always is).
+	if ex, ok := snk.(sink.Exclusive); ok {
+		if err := ex.Exclusive(ctx); err != nil {
+			return nil, fmt.Errorf("restore into %s: %w", opts.Display, err)
+		}
+	}
 	empty, err := sink.Empty(ctx, snk, opts.Models)
 	switch {
 	case err != nil && !opts.Force:
