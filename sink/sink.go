@@ -85,10 +85,11 @@ type BlobLister interface {
 	BlobIDs(ctx context.Context) iter.Seq2[string, error]
 }
 
-// Exclusive is a Sink that several writers may share (each holding it
-// shared while open) and that a restore holds alone: Exclusive fails
+// Exclusive is a Sink that a restore can hold alone: Exclusive fails
 // while another writer has it open, and makes every later writer's Open
-// fail until this one is closed. (A disk sink is always held alone.)
+// fail until this one is closed (Postgres: writers share it otherwise; a
+// disk tree is held alone from Open on). An error wrapping
+// errors.ErrUnsupported says part of the sink cannot be held.
 type Exclusive interface {
 	Exclusive(ctx context.Context) error
 }

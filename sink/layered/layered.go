@@ -300,18 +300,27 @@ func (l *Sink) BlobIDs(ctx context.Context) iter.Seq2[string, error] {
 	}
 }
 
-// Exclusive holds, for the caller alone, every store that several
-// writers may share (see sink.Exclusive).
+// Exclusive holds, for the caller alone, every store that can be held
+// (see sink.Exclusive); when one cannot, the others are still held and
+// the error wraps errors.ErrUnsupported naming it.
 func (l *Sink) Exclusive(ctx context.Context) error {
 	type exclusive interface {
 		Exclusive(ctx context.Context) error
 	}
+	var unheld error
 	for _, a := range l.all {
-		if e, ok := a.(exclusive); ok {
-			if err := e.Exclusive(ctx); err != nil {
-				return err
+		e, ok := a.(exclusive)
+		if !ok {
+			name := fmt.Sprintf("%T", a)
+			if s, ok := a.(fmt.Stringer); ok {
+				name = s.String()
 			}
+			unheld = fmt.Errorf("sink %s: its store %s cannot be held alone: %w", l.name, name, errors.ErrUnsupported)
+			continue
+		}
+		if err := e.Exclusive(ctx); err != nil {
+			return err
 		}
 	}
-	return nil
+	return unheld
 }
