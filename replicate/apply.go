@@ -444,6 +444,9 @@ func (w *Worker) applyPayload(ctx context.Context, model string, payload []byte,
 		if out, err = w.snk.ApplyRevision(ctx, model, res); err != nil {
 			return "", err
 		}
+		if w.asOf != nil {
+			w.asOf.revision(model, &res.Info)
+		}
 	case events.TagBlob:
 		rec, err := events.DecodeRecord(events.Msgpack, payload)
 		if err != nil {
@@ -452,6 +455,9 @@ func (w *Worker) applyPayload(ctx context.Context, model string, payload []byte,
 		b := rec.(*events.BlobRecord)
 		if out, err = w.snk.ApplyBlob(ctx, b.FileID, b.Size, b.ContentType, bytes.NewReader(b.BlobData)); err != nil {
 			return "", err
+		}
+		if w.asOf != nil {
+			w.asOf.blob(b.FileID)
 		}
 	case events.TagBlobRef:
 		ref, err := events.DecodeBlobRef(payload)
@@ -473,6 +479,9 @@ func (w *Worker) applyPayload(ctx context.Context, model string, payload []byte,
 		r.Close()
 		if err != nil {
 			return "", err
+		}
+		if w.asOf != nil {
+			w.asOf.blob(ref.FileID)
 		}
 	case events.TagPurge:
 		pr, err := events.DecodePurge(payload)

@@ -262,6 +262,19 @@ func Restore(ctx context.Context, bus *stream.Bus, snk sink.Sink, opts RestoreOp
 			opts.Logger.Warn((&HoleError{Holes: holes}).Error() + "; going on because of --accept-gap")
 		}
 	}
+	// A run writing into the sink while it is restored would leave a later
+	// state where the restore claims its point: a sink several writers may
+	// share is held for the restore alone (a disk sink always is).
+	var unheld error = errors.ErrUnsupported
+	if ex, ok := snk.(sink.Exclusive); ok {
+		unheld = ex.Exclusive(ctx)
+		if unheld != nil && !errors.Is(unheld, errors.ErrUnsupported) {
+			return nil, fmt.Errorf("restore into %s: %w", opts.Display, unheld)
+		}
+	}
+	if unheld != nil && opts.Logger != nil {
+		opts.Logger.Warn("sink cannot be held for the restore alone (an S3 or Redis store): a run writing into it meanwhile is not kept out; stop every writer of it first", "sink", opts.Display, "why", unheld)
+	}
 	empty, err := sink.Empty(ctx, snk, opts.Models)
 	switch {
 	case err != nil && !opts.Force:

@@ -37,7 +37,7 @@ type backend struct {
 // row here. The last row (no prefixes) serves plain paths.
 func backends() []backend {
 	return []backend{
-		{"postgres", []string{"postgres://", "postgresql://"}, redact.URL, parseWith(postgres.ParseSpec), openWith((*postgres.Spec).Open), nil},
+		{"postgres", []string{"postgres://", "postgresql://"}, redact.URL, parseWith(postgres.ParseSpec), openWith((*postgres.Spec).Open), openWith((*postgres.Spec).OpenReader)},
 		{"s3", []string{"s3://"}, redact.URL, parseWith(s3.ParseSpec), openS3, nil},
 		{"redis", []string{"redis://", "rediss://"}, redact.URL, parseWith(redis.ParseSpec), openWith((*redis.Spec).Open), nil},
 		{"disk", []string{"disk:"}, same, parseWith(disk.ParseSpec), openWith((*disk.Spec).Open), openWith((*disk.Spec).OpenReadOnly)},

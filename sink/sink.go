@@ -69,6 +69,31 @@ type Lister interface {
 	ResourceIDs(ctx context.Context, model string) iter.Seq2[string, error]
 }
 
+// RevisionRef names one revision a sink holds (Model "" where its store
+// is shared by all models).
+type RevisionRef = store.RevisionRef
+
+// RevisionLister is a Sink that lists every revision it holds, of every
+// model, so that a forced restore can find those no event up to its point
+// wrote.
+type RevisionLister interface {
+	AllRevisions(ctx context.Context) iter.Seq2[RevisionRef, error]
+}
+
+// BlobLister is a Sink that lists the file ids of the blobs it holds.
+type BlobLister interface {
+	BlobIDs(ctx context.Context) iter.Seq2[string, error]
+}
+
+// Exclusive is a Sink that a restore can hold alone: Exclusive fails
+// while another writer has it open, and makes every later writer's Open
+// fail until this one is closed (Postgres: writers share it otherwise; a
+// disk tree is held alone from Open on). An error wrapping
+// errors.ErrUnsupported says part of the sink cannot be held.
+type Exclusive interface {
+	Exclusive(ctx context.Context) error
+}
+
 // Outcome tells the caller what an Apply call did, so that replays and
 // out-of-order deliveries can be counted and acknowledged as no-ops.
 type Outcome = store.Outcome

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/specstar/replicator/dedup"
+	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/pgtest"
 	"github.com/specstar/replicator/internal/streamhistory"
 	"github.com/specstar/replicator/sink"
@@ -420,4 +421,158 @@ func TestRestoreForceOnlyForward(t *testing.T) {
 	if sameStores(t, ref(1), back) {
 		t.Error("the sink restored as of the end holds the state as of phase 1: the check above could not fail")
 	}
+}
+
+// plant writes records straight into the disk tree at dir, as something
+// other than the stream did: a restore killed before it wrote the metas
+// of its last batch, or another deployment.
+func plant(t *testing.T, dir string, write func(ctx context.Context, snk sink.Sink) error) {
+	t.Helper()
+	ctx := t.Context()
+	snk, err := sink.Open(ctx, "disk:"+dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := write(ctx, snk); err != nil {
+		t.Fatal(err)
+	}
+	if err := snk.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := snk.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRestoreForceFindsExtraRevisionsAndBlobs (issue 33 item 2): a
+// forced restore to an earlier point over a tree holding revisions or
+// blobs no event up to that point wrote (a restore to a later point
+// killed mid-batch, its revisions written and its metas not; another
+// deployment's tree with older metas and a revision of its own; a blob
+// of its own) used to exit 0 claiming the point, since only metas were
+// checked: it exits 1 naming what is extra. A tree holding only what the
+// events wrote is restored (exit 0) and equals the reference.
+func TestRestoreForceFindsExtraRevisionsAndBlobs(t *testing.T) {
+	bus := testBus(t)
+	h := pitrHistory(t, bus)
+	nats := []string{"--nats", bus.URL()}
+	seq := func(phase int) string { return strconv.FormatUint(h.Phases[phase-1].LastSeq, 10) }
+	foreignBlob := []byte("a blob of another deployment")
+	for _, c := range []struct {
+		name  string
+		phase int // restored (the tree first, then --force) as of this phase
+		plant func(ctx context.Context, snk sink.Sink) error
+		says  string // in the refusal; "" when the restore must succeed
+	}{
+		{"nothing extra", 1, func(context.Context, sink.Sink) error { return nil }, ""},
+		{"revisions of a later restore killed before its metas", 1, func(ctx context.Context, snk sink.Sink) error {
+			for _, it := range h.Phases[1].Items {
+				if r, ok := it.Rec.(*events.RevisionRecord); ok {
+					res, err := r.Resource()
+					if err != nil {
+						return err
+					}
+					if _, err := snk.ApplyRevision(ctx, it.Model, res); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}, "6 revisions that no event up to it wrote (issue/issue:0 revision issue:0:2)"},
+		{"another deployment's older meta and extra revision", 2, func(ctx context.Context, snk sink.Sink) error {
+			at := events.Time{Time: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+			info := events.RevisionInfo{UID: "00000099-0000-4000-8000-000000000009", ResourceID: "issue:0", RevisionID: "issue:0:9",
+				ParentRevisionID: events.Null[string](), SchemaVersion: events.Null[string](), Status: "stable",
+				CreatedTime: at, UpdatedTime: at, CreatedBy: "other", UpdatedBy: "other"}
+			if _, err := snk.ApplyRevision(ctx, "issue", &events.RawResource{Info: info, RawData: []byte{0x80}}); err != nil {
+				return err
+			}
+			_, err := snk.ApplyMeta(ctx, "issue", &events.ResourceMeta{CurrentRevisionID: "issue:0:9", ResourceID: "issue:0",
+				SchemaVersion: events.Null[string](), TotalRevisionCount: 9, CreatedTime: at, UpdatedTime: at, CreatedBy: "other", UpdatedBy: "other"})
+			return err
+		}, "1 revisions that no event up to it wrote (issue/issue:0 revision issue:0:9)"},
+		{"a blob of its own", 2, func(ctx context.Context, snk sink.Sink) error {
+			_, err := snk.ApplyBlob(ctx, dedup.FileID(foreignBlob), int64(len(foreignBlob)), "text/plain", bytes.NewReader(foreignBlob))
+			return err
+		}, "1 blobs that no event up to it wrote (blob " + dedup.FileID(foreignBlob) + ")"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "restored")
+			if code, out, errs := runCmd(t, append([]string{"restore", "--to", dir, "--at-seq", seq(c.phase)}, nats...)...); code != exitOK {
+				t.Fatalf("restore as of phase %d: exit %d\n%s%s", c.phase, code, out, errs)
+			}
+			plant(t, dir, c.plant)
+			code, out, errs := runCmd(t, append([]string{"restore", "--to", dir, "--force", "--at", h.Phases[c.phase-1].LastTime.Format(time.RFC3339Nano)}, nats...)...)
+			if c.says == "" {
+				ref := filepath.Join(t.TempDir(), "reference")
+				h.Reference(ref, c.phase)
+				if code != exitOK || !sameStores(t, ref, dir) {
+					t.Errorf("restore --force as of phase %d over that phase's restore: exit %d, want 0 and the reference's state\n%s%s", c.phase, code, out, errs)
+				}
+				return
+			}
+			if code != exitDiffer || !strings.Contains(errs, "does not hold the state as of sequence "+seq(c.phase)) || !strings.Contains(errs, c.says) {
+				t.Errorf("restore --force as of phase %d over a tree holding %s: exit %d, want 1 saying %q\n%s%s", c.phase, c.name, code, c.says, out, errs)
+			}
+		})
+	}
+}
+
+// TestRestoreRacingRunOnPostgres (issue 33 item 3): a restore and a live
+// run started together on one empty Postgres sink used to both write, and
+// the restore exited 0 "as of" its point while the sink held the run's
+// later state. Now one of them holds the tables: either the restore
+// exits 0 and the sink holds exactly the state as of its point (the run
+// refused, naming the restore's session), or the restore is refused
+// naming the run's session (and the run feeds the sink). Never both.
+func TestRestoreRacingRunOnPostgres(t *testing.T) {
+	bus := testBus(t)
+	h := pitrHistory(t, bus)
+	ref := filepath.Join(t.TempDir(), "reference")
+	h.Reference(ref, 1)
+	nats := []string{"--nats", bus.URL()}
+	won := map[string]int{}
+	for round := range 3 {
+		t.Run(fmt.Sprintf("round %d", round+1), func(t *testing.T) {
+			pg := pgtest.SharedDSN() + "&table_prefix=" + pgtest.Prefix(t) + "&revisions=true"
+			// Each its own blob directory: a disk tree's lock would decide the race.
+			restored := []string{"--meta", pg, "--resources", pg, "--blobs", "disk:" + t.TempDir()}
+			runBlobs := []string{"--meta", pg, "--resources", pg, "--blobs", "disk:" + t.TempDir()}
+			type result struct {
+				code      int
+				out, errs string
+			}
+			runDone := make(chan result, 1)
+			go func() {
+				code, out, errs := runCmd(t, append(append([]string{"run", "--until-drained", "--listen", ""}, runBlobs...), nats...)...)
+				runDone <- result{code, out, errs}
+			}()
+			code, out, errs := runCmd(t, append(append([]string{"restore", "--at-seq", strconv.FormatUint(h.Phases[0].LastSeq, 10)}, restored...), nats...)...)
+			r := <-runDone
+			switch {
+			case code == exitOK && r.code == exitOK:
+				t.Errorf("restore and run on one sink both exited 0: the restore claims a point while the run wrote a later state\nrestore: %s%s\nrun: %s%s", out, errs, r.out, r.errs)
+			case code == exitOK:
+				won["restore"]++
+				if !strings.Contains(r.errs, "held by another process") || !strings.Contains(r.errs, "(restore, exclusive)") {
+					t.Errorf("run refused while a restore held the sink: exit %d, want it naming the restore's session\n%s%s", r.code, r.out, r.errs)
+				}
+				if c, o, _ := runCmd(t, append([]string{"verify", "--from", ref}, restored...)...); c != exitOK {
+					t.Errorf("the restored sink lacks the state as of phase 1: verify exit %d\n%s", c, o)
+				}
+				if c, o, _ := runCmd(t, "verify", "--from-meta", pg, "--from-resources", pg, "--from-blobs", restored[5], "--to", ref); c != exitOK {
+					t.Errorf("the restored sink holds more than the state as of phase 1: verify exit %d\n%s", c, o)
+				}
+			default:
+				won["run"]++
+				if code != exitError || !strings.Contains(errs, "held by another process") || !strings.Contains(errs, "(writer)") {
+					t.Errorf("restore while a run held the sink: exit %d, want 2 naming the run's session\n%s%s", code, out, errs)
+				}
+				if r.code != exitOK {
+					t.Errorf("the run that held the sink: exit %d\n%s%s", r.code, r.out, r.errs)
+				}
+			}
+		})
+	}
+	t.Logf("rounds won: %v", won)
 }

@@ -151,3 +151,80 @@ func (d *Sink) sqliteResourceIDs(ctx context.Context, model string, yield func(s
 		after = page[len(page)-1]
 	}
 }
+
+// AllRevisions yields every revision index entry of the tree, model by
+// model (every directory below the root with a data/resource directory,
+// metas or not), resource by resource, so that a forced restore can find
+// revisions no event wrote.
+func (d *Sink) AllRevisions(ctx context.Context) iter.Seq2[store.RevisionRef, error] {
+	return func(yield func(store.RevisionRef, error) bool) {
+		if err := d.check(ctx); err != nil {
+			yield(store.RevisionRef{}, err)
+			return
+		}
+		models, err := os.ReadDir(d.root)
+		if err != nil {
+			yield(store.RevisionRef{}, fmt.Errorf("sink: list models in %s: %w", d.root, err))
+			return
+		}
+		for _, m := range models {
+			model := m.Name()
+			if !m.IsDir() || strings.HasPrefix(model, ".") || store.CheckModel(model) != nil {
+				continue
+			}
+			dir := filepath.Join(d.root, model, "data", "resource")
+			resources, err := os.ReadDir(dir)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				yield(store.RevisionRef{}, fmt.Errorf("sink: list resources in %s: %w", dir, err))
+				return
+			}
+			for _, r := range resources {
+				if !r.IsDir() || store.CheckResourceID(r.Name()) != nil {
+					continue
+				}
+				keys, err := d.Revisions(ctx, model, r.Name())
+				if err != nil {
+					yield(store.RevisionRef{}, err)
+					return
+				}
+				for _, k := range keys {
+					ref := store.RevisionRef{Model: model, ResourceID: r.Name(), RevisionID: k.RevisionID, SchemaVersion: k.SchemaVersion}
+					if !yield(ref, nil) {
+						return
+					}
+				}
+			}
+		}
+	}
+}
+
+// BlobIDs yields the file ids of the blobs in {root}/_blobs (as their
+// file names, which are the ids of every valid file_id).
+func (d *Sink) BlobIDs(ctx context.Context) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		if err := d.check(ctx); err != nil {
+			yield("", err)
+			return
+		}
+		dir := filepath.Join(d.root, store.BlobsDir)
+		entries, err := os.ReadDir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			return
+		}
+		if err != nil {
+			yield("", fmt.Errorf("sink: list blobs in %s: %w", dir, err))
+			return
+		}
+		for _, e := range entries {
+			if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), store.TmpPrefix) {
+				continue
+			}
+			if !yield(e.Name(), nil) {
+				return
+			}
+		}
+	}
+}

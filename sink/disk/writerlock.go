@@ -1,6 +1,7 @@
 package disk
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -87,4 +88,14 @@ func releaseWriterLock(f *os.File) {
 		_ = os.Remove(f.Name())
 	}
 	f.Close()
+}
+
+// Exclusive reports whether the tree is held for this sink alone (see
+// sink.Exclusive): a writer always holds it from Open on, by its writer
+// lock; one opened ReadOnly holds nothing.
+func (d *Sink) Exclusive(ctx context.Context) error {
+	if d.opts.ReadOnly {
+		return fmt.Errorf("sink: disk root %s: opened to read back, it holds no writer lock", d.root)
+	}
+	return d.check(ctx)
 }

@@ -263,3 +263,64 @@ func (l *Sink) Mark(ctx context.Context, consumer string) error {
 	}
 	return nil
 }
+
+// AllRevisions lists the revisions of the resources store (none without
+// one; an error wrapping errors.ErrUnsupported when it cannot list them).
+func (l *Sink) AllRevisions(ctx context.Context) iter.Seq2[store.RevisionRef, error] {
+	type revisionLister interface {
+		AllRevisions(ctx context.Context) iter.Seq2[store.RevisionRef, error]
+	}
+	switch r, ok := l.resources.(revisionLister); {
+	case l.resources == nil:
+		return func(func(store.RevisionRef, error) bool) {}
+	case !ok:
+		return func(yield func(store.RevisionRef, error) bool) {
+			yield(store.RevisionRef{}, fmt.Errorf("sink %s: its resources store cannot list its revisions: %w", l.name, errors.ErrUnsupported))
+		}
+	default:
+		return r.AllRevisions(ctx)
+	}
+}
+
+// BlobIDs lists the blobs of the blobs store (none without one; an error
+// wrapping errors.ErrUnsupported when it cannot list them).
+func (l *Sink) BlobIDs(ctx context.Context) iter.Seq2[string, error] {
+	type blobLister interface {
+		BlobIDs(ctx context.Context) iter.Seq2[string, error]
+	}
+	switch b, ok := l.blobs.(blobLister); {
+	case l.blobs == nil:
+		return func(func(string, error) bool) {}
+	case !ok:
+		return func(yield func(string, error) bool) {
+			yield("", fmt.Errorf("sink %s: its blobs store cannot list its blobs: %w", l.name, errors.ErrUnsupported))
+		}
+	default:
+		return b.BlobIDs(ctx)
+	}
+}
+
+// Exclusive holds, for the caller alone, every store that can be held
+// (see sink.Exclusive); when one cannot, the others are still held and
+// the error wraps errors.ErrUnsupported naming it.
+func (l *Sink) Exclusive(ctx context.Context) error {
+	type exclusive interface {
+		Exclusive(ctx context.Context) error
+	}
+	var unheld error
+	for _, a := range l.all {
+		e, ok := a.(exclusive)
+		if !ok {
+			name := fmt.Sprintf("%T", a)
+			if s, ok := a.(fmt.Stringer); ok {
+				name = s.String()
+			}
+			unheld = fmt.Errorf("sink %s: its store %s cannot be held alone: %w", l.name, name, errors.ErrUnsupported)
+			continue
+		}
+		if err := e.Exclusive(ctx); err != nil {
+			return err
+		}
+	}
+	return unheld
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/sink/internal/store"
 )
 
@@ -118,6 +119,44 @@ func (p *Sink) listIDs(ctx context.Context, table string, yield func(string, err
 		}
 		if len(page) < store.ListPage {
 			return tx.Commit(ctx)
+		}
+	}
+}
+
+// AllRevisions yields every row of the resource_index table (none without
+// revisions=true, or when the table does not exist), with Model "": the
+// resource tables are shared by all models. One query, its rows read as
+// they come: the connection is held while they are yielded.
+func (p *Sink) AllRevisions(ctx context.Context) iter.Seq2[store.RevisionRef, error] {
+	return func(yield func(store.RevisionRef, error) bool) {
+		if err := p.check(ctx); err != nil {
+			yield(store.RevisionRef{}, err)
+			return
+		}
+		if !p.opts.Revisions {
+			return
+		}
+		rows, err := p.pool.Query(ctx, "SELECT resource_id, revision_id, schema_version FROM "+pgx.Identifier{p.indexTable}.Sanitize())
+		if err == nil {
+			defer rows.Close()
+			for rows.Next() {
+				var ref store.RevisionRef
+				var sv string
+				if err := rows.Scan(&ref.ResourceID, &ref.RevisionID, &sv); err != nil {
+					yield(store.RevisionRef{}, fmt.Errorf("sink: postgres: list %s: %w", p.indexTable, err))
+					return
+				}
+				if sv != pgNoneSchema {
+					ref.SchemaVersion = events.Some(sv)
+				}
+				if !yield(ref, nil) {
+					return
+				}
+			}
+			err = rows.Err()
+		}
+		if err != nil && !pgUndefined(err) {
+			yield(store.RevisionRef{}, fmt.Errorf("sink: postgres: list %s: %w", p.indexTable, err))
 		}
 	}
 }

@@ -61,6 +61,9 @@ type Options struct {
 	// "raise_error" decide at Apply (one read per meta); a different meta
 	// that another writer stores between that Apply and the Flush is kept.
 	OnDuplicate string
+	// ReadOnly opens the sink to read it back (verify): it takes no writer
+	// lock, so it neither waits for nor blocks a restore.
+	ReadOnly bool
 }
 
 // Sink is a sink writing SpecStar's Postgres meta store (and, as an
@@ -82,7 +85,8 @@ type Sink struct {
 	dataTable  string // {prefix}resource_data
 	indexTable string // {prefix}resource_index
 	rev        *pgRevSQL
-	copyFrom   int // a round writing this many rows or more uses COPY staging
+	lock       *writerLock // the writer lock's session; nil when ReadOnly
+	copyFrom   int         // a round writing this many rows or more uses COPY staging
 
 	// fresh: the last Flush's read found none of the rows it touches
 	// (a new sink catching up), so the next one of copyFrom records or
@@ -243,6 +247,12 @@ func Open(ctx context.Context, dsn string, opts Options) (*Sink, error) {
 		}
 	}
 	p.rev = newPgRevSQL(p.dataTable, p.indexTable)
+	if !opts.ReadOnly {
+		if err := p.takeWriterLock(ctx, cfg.ConnConfig); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -1427,6 +1437,7 @@ func (p *Sink) Close() error {
 	}
 	p.closed = true
 	p.pool.Close()
+	p.releaseWriterLock()
 	return err
 }
 

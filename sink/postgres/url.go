@@ -99,3 +99,11 @@ func (s *Spec) Holds() (revisions, blobs bool) { return s.Options.Revisions, fal
 func (s *Spec) Open(ctx context.Context) (*Sink, error) {
 	return Open(ctx, s.DSN, s.Options)
 }
+
+// OpenReader opens the sink the Spec names to read it back: without the
+// writer lock.
+func (s *Spec) OpenReader(ctx context.Context) (*Sink, error) {
+	opts := s.Options
+	opts.ReadOnly = true
+	return Open(ctx, s.DSN, opts)
+}

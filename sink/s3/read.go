@@ -374,3 +374,77 @@ func (s *Sink) WalkBlobs(ctx context.Context, fn func(b *events.Binary, open fun
 			})
 		})
 }
+
+// AllRevisions yields every index object ({rid}/{revision_id}/{p_sv}/uid
+// under resources/resource/) of every model's resource store, listed
+// model by model when the prefix holds "{model}", else once with Model ""
+// (one store shared by all models), so that a forced restore can find
+// revisions no event wrote. Only keys are listed; nothing is read.
+func (s *Sink) AllRevisions(ctx context.Context) iter.Seq2[store.RevisionRef, error] {
+	return func(yield func(store.RevisionRef, error) bool) {
+		if err := s.check(ctx); err != nil {
+			yield(store.RevisionRef{}, err)
+			return
+		}
+		models := []string{""}
+		if strings.Contains(s.opts.Prefix, modelPlaceholder) {
+			var err error
+			if models, err = s.Models(ctx); err != nil {
+				yield(store.RevisionRef{}, err)
+				return
+			}
+		}
+		errStop := errors.New("stop")
+		for _, model := range models {
+			dir := s.modelPrefix(model) + "resources/resource/"
+			err := s.listObjects(ctx, s.opts.Bucket, dir, func(o types.Object) error {
+				parts := strings.Split(strings.TrimPrefix(aws.ToString(o.Key), dir), "/")
+				if len(parts) != 4 || parts[3] != "uid" {
+					return nil // not an index object
+				}
+				ref := store.RevisionRef{Model: model, ResourceID: parts[0], RevisionID: parts[1]}
+				switch {
+				case parts[2] == "no_ver":
+				case strings.HasPrefix(parts[2], "v_"):
+					ref.SchemaVersion = events.Some(strings.TrimPrefix(parts[2], "v_"))
+				default:
+					return nil
+				}
+				if !yield(ref, nil) {
+					return errStop
+				}
+				return nil
+			})
+			if errors.Is(err, errStop) {
+				return
+			}
+			if err != nil {
+				yield(store.RevisionRef{}, err)
+				return
+			}
+		}
+	}
+}
+
+// BlobIDs yields the file ids of the blobs under the blob prefix, in key
+// order (upload sessions and keys that are not a file_id skipped). Only
+// keys are listed.
+func (s *Sink) BlobIDs(ctx context.Context) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		if err := s.check(ctx); err != nil {
+			yield("", err)
+			return
+		}
+		errStop := errors.New("stop")
+		bucket, prefix := s.opts.BlobBucket, s.opts.BlobPrefix
+		err := s.listObjects(ctx, bucket, prefix, func(o types.Object) error {
+			if id := strings.TrimPrefix(aws.ToString(o.Key), prefix); dedup.ValidFileID(id) && !yield(id, nil) {
+				return errStop
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, errStop) {
+			yield("", err)
+		}
+	}
+}

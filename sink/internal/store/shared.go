@@ -149,3 +149,23 @@ func CheckUIDHolder(info, held *events.RevisionInfo) error {
 	return Invalidf("uid "+events.QuoteBounded(info.UID), "already held by resource_id %s, refused for resource_id %s",
 		events.QuoteBounded(held.ResourceID), events.QuoteBounded(info.ResourceID))
 }
+
+// RevisionRef names one revision a resource store holds: its index entry.
+// Model is "" where the store does not say (Postgres's resource tables are
+// shared by all models).
+type RevisionRef struct {
+	Model, ResourceID, RevisionID string
+	SchemaVersion                 OptString
+}
+
+// String names the revision for messages: model/resource revision id.
+func (r RevisionRef) String() string {
+	s := r.ResourceID + " revision " + r.RevisionID
+	if r.SchemaVersion.Present && !r.SchemaVersion.Null {
+		s += " (schema version " + r.SchemaVersion.Value + ")"
+	}
+	if r.Model != "" {
+		s = r.Model + "/" + s
+	}
+	return s
+}
