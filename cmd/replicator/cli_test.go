@@ -184,14 +184,17 @@ func TestHelpOfGroupsAndUnknownCommands(t *testing.T) {
 
 // TestReadOnlyCommandsListNoStreamSettings (issue 25 item 6): status,
 // dlq list and stream info create no stream, so their help lists no
-// stream-creation defaults; mirror lists none of run's stream-only
-// consumer flags.
+// stream-creation defaults (the mirror flags say where the stream is, so
+// they take them: issue 34, item 2); mirror lists none of run's
+// stream-only consumer flags.
 func TestReadOnlyCommandsListNoStreamSettings(t *testing.T) {
 	for _, args := range [][]string{{"status"}, {"dlq", "list"}, {"stream", "info"}, {"mirror"}} {
 		_, out, _ := runCmd(t, append(args, "--help")...)
-		flags := []string{"--max-age", "--max-bytes", "--retention", "--replicas", "--mirror-of", "--accept-gap", "--mirror-wait"}
+		flags := []string{"--max-age", "--max-bytes", "--retention", "--replicas", "--accept-gap", "--mirror-wait"}
 		if args[0] != "mirror" { // mirror's own embedded stream has its window
 			flags = append(flags, "--duplicate-window")
+		} else { // and is no mirror of anything; the others connect to one that may be (issue 34, item 2)
+			flags = append(flags, "--mirror-of")
 		}
 		for _, f := range flags {
 			if strings.Contains(out, "\n  "+f+" ") || strings.Contains(out, "\n  "+f+"\n") {
