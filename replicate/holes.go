@@ -88,6 +88,18 @@ func HolesUpTo(ctx context.Context, bus *stream.Bus, info *jetstream.StreamInfo,
 	return h, nil
 }
 
+// StreamHoles are the holes of the whole stream of info (up to its last
+// sequence) where they mean lost events: on limits retention, where only
+// a person or a filtered purge deletes them (interest and workqueue
+// streams delete acknowledged events by design); nil otherwise or when
+// there are none.
+func StreamHoles(ctx context.Context, bus *stream.Bus, info *jetstream.StreamInfo) (*Holes, error) {
+	if info.Config.Retention != jetstream.LimitsPolicy {
+		return nil, nil
+	}
+	return HolesUpTo(ctx, bus, info, info.State.LastSeq)
+}
+
 // HoleError is a restore refused because events were deleted from between
 // the stream's first event and the restore point: restoring the rest
 // would lack what only they held. AcceptGap restores it anyway.

@@ -483,7 +483,7 @@ func (w *Worker) warnHoles(ctx context.Context, sinfo *jetstream.StreamInfo) {
 		return
 	}
 	w.m.holes.WithLabelValues(w.opts.Name).Set(float64(sinfo.State.NumDeleted))
-	holes, err := HolesUpTo(ctx, w.bus, sinfo, sinfo.State.LastSeq)
+	holes, err := StreamHoles(ctx, w.bus, sinfo)
 	if err != nil || holes == nil {
 		return
 	}

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/specstar/replicator/internal/cli"
 	"github.com/specstar/replicator/replicate"
 	"github.com/specstar/replicator/stream"
@@ -88,16 +86,11 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer, log
 	return exitOK
 }
 
-// streamHoles are the events deleted from between the stream's first and
-// last sequence, on limits retention (where nothing else deletes them);
-// nil when there are none.
+// streamHoles are replicate.StreamHoles of the stream bus serves.
 func streamHoles(ctx context.Context, bus *stream.Bus) (*replicate.Holes, error) {
 	info, err := bus.Stream.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("stream %s info: %w", bus.Config().Stream, err)
 	}
-	if info.Config.Retention != jetstream.LimitsPolicy {
-		return nil, nil
-	}
-	return replicate.HolesUpTo(ctx, bus, info, info.State.LastSeq)
+	return replicate.StreamHoles(ctx, bus, info)
 }

@@ -5,20 +5,16 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -206,7 +202,7 @@ func openPGWaiting(ctx context.Context, f *pgFlags, log *slog.Logger, hooks publ
 	bo := backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(0), backoff.WithMaxInterval(30*time.Second))
 	for attempt := 1; ; attempt++ {
 		p, bus, closeFn, err := openPG(ctx, f, log, hooks)
-		if err == nil || !unreachable(err) || ctx.Err() != nil {
+		if err == nil || !postgres.IsUnreachable(err) || ctx.Err() != nil {
 			return p, bus, closeFn, err
 		}
 		wait := bo.NextBackOff()
@@ -217,23 +213,4 @@ func openPGWaiting(ctx context.Context, f *pgFlags, log *slog.Logger, hooks publ
 		case <-time.After(wait):
 		}
 	}
-}
-
-// unreachable reports whether err is a source that could not be reached
-// (refused, timed out, unresolvable) or is starting up: what waiting fixes.
-func unreachable(err error) bool {
-	var dns *net.DNSError
-	var nerr net.Error
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return true
-	case errors.As(err, &dns):
-		return true
-	case errors.As(err, &nerr) && nerr.Timeout():
-		return true
-	case errors.As(err, &pgErr):
-		return pgErr.Code == "57P03" // cannot_connect_now: starting up or shutting down
-	}
-	return false
 }

@@ -57,14 +57,7 @@ func TestTailWaitsForNATS(t *testing.T) {
 	defer cancel()
 	dsn := pgDSN()
 	prefix := fmt.Sprintf("ww_%d_", time.Now().UnixNano()%1_000_000_000)
-	w, err := specstarpg.Open(ctx, dsn, specstarpg.Options{TablePrefix: prefix})
-	if err != nil {
-		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", dsn, err)
-	}
-	t.Cleanup(func() { w.DropAll(context.Background()); w.Close() })
-	if err := w.CreateModel(ctx, "issue"); err != nil {
-		t.Fatal(err)
-	}
+	issueModel(ctx, t, dsn, prefix)
 	port := freeport.Take(t)
 	url := "nats://127.0.0.1:" + strconv.Itoa(port)
 	listen := freeport.Addr(t)
@@ -116,14 +109,7 @@ func TestTailWaitsForPostgres(t *testing.T) {
 	defer cancel()
 	dsn := pgDSN()
 	prefix := fmt.Sprintf("wp_%d_", time.Now().UnixNano()%1_000_000_000)
-	w, err := specstarpg.Open(ctx, dsn, specstarpg.Options{TablePrefix: prefix})
-	if err != nil {
-		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", dsn, err)
-	}
-	t.Cleanup(func() { w.DropAll(context.Background()); w.Close() })
-	if err := w.CreateModel(ctx, "issue"); err != nil {
-		t.Fatal(err)
-	}
+	w := issueModel(ctx, t, dsn, prefix)
 	if _, err := w.Create(ctx, "issue", "issue:0", payload("issue:0", 0), specstarpg.Write{}); err != nil {
 		t.Fatal(err)
 	}
@@ -135,24 +121,8 @@ func TestTailWaitsForPostgres(t *testing.T) {
 	port := freeport.Take(t)
 	late.Host = "127.0.0.1:" + strconv.Itoa(port)
 	bus := testStream(t)
-	var out, errs lockedBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"tail", "--from", late.String() + "&table_prefix=" + prefix, "--mode", "poll", "--interval", "100ms", "--nats", bus.URL(), "--listen", ""}, &out, &errs)
-	}()
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			select {
-			case code := <-done:
-				t.Fatalf("tail exited %d before %s:\n%s", code, what, errs.String())
-			case <-ctx.Done():
-				t.Fatalf("no %s:\n%s", what, errs.String())
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}
-	wait("wait for Postgres logged", func() bool { return strings.Contains(errs.String(), "Postgres not reachable; waiting for it") })
+	tail := startInBackground(ctx, "tail", "--from", late.String()+"&table_prefix="+prefix, "--mode", "poll", "--interval", "100ms", "--nats", bus.URL(), "--listen", "")
+	tail.waitUntil(ctx, t, "wait for Postgres logged", func() bool { return strings.Contains(tail.errs.String(), "Postgres not reachable; waiting for it") })
 
 	// Postgres answers now: a proxy on the port the tail dials.
 	ln, err := net.Listen("tcp", late.Host)
@@ -178,14 +148,12 @@ func TestTailWaitsForPostgres(t *testing.T) {
 			}()
 		}
 	}()
-	wait("events published once Postgres answered", func() bool {
+	tail.waitUntil(ctx, t, "events published once Postgres answered", func() bool {
 		info, err := bus.Stream.Info(ctx)
 		return err == nil && info.State.Msgs >= 2 // issue:0's meta and revision
 	})
 	cancel()
-	if code := <-done; code != exitOK {
-		t.Errorf("tail stopped with exit %d:\n%s%s", code, out.String(), errs.String())
-	}
+	tail.stoppedCleanly(t)
 }
 
 // TestTailOfNoTablesSaysSo (issue 34, smaller items): `writer tail` in
@@ -199,24 +167,28 @@ func TestTailOfNoTablesSaysSo(t *testing.T) {
 	dsn := pgDSN()
 	prefix := fmt.Sprintf("wn_%d_", time.Now().UnixNano()%1_000_000_000)
 	bus := testStream(t)
-	var out, errs lockedBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"tail", "--from", dsn + "&table_prefix=" + prefix, "--mode", "poll", "--interval", "100ms", "--nats", bus.URL(), "--listen", ""}, &out, &errs)
-	}()
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		for !cond() {
-			select {
-			case code := <-done:
-				t.Fatalf("tail exited %d before %s:\n%s", code, what, errs.String())
-			case <-ctx.Done():
-				t.Fatalf("no %s:\n%s", what, errs.String())
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
+	tail := startInBackground(ctx, "tail", "--from", dsn+"&table_prefix="+prefix, "--mode", "poll", "--interval", "100ms", "--nats", bus.URL(), "--listen", "")
+	tail.waitUntil(ctx, t, "warning that no meta tables exist", func() bool { return strings.Contains(tail.errs.String(), "no SpecStar meta tables found") })
+	w := issueModel(ctx, t, dsn, prefix)
+	if _, err := w.Create(ctx, "issue", "issue:0", payload("issue:0", 0), specstarpg.Write{}); err != nil {
+		t.Fatal(err)
 	}
-	wait("warning that no meta tables exist", func() bool { return strings.Contains(errs.String(), "no SpecStar meta tables found") })
+	tail.waitUntil(ctx, t, "events published once the model exists", func() bool {
+		info, err := bus.Stream.Info(ctx)
+		return err == nil && info.State.Msgs >= 2
+	})
+	// A service logs its lifecycle at INFO without -v (issue 34, item 4).
+	if !strings.Contains(tail.errs.String(), `level=INFO msg="following changes by polling"`) {
+		t.Errorf("tail did not log at INFO how it follows:\n%s", tail.errs.String())
+	}
+	cancel()
+	tail.stoppedCleanly(t)
+}
+
+// issueModel is a SpecStar Postgres deployment on the test server with
+// the model issue, under prefix, dropped when the test ends.
+func issueModel(ctx context.Context, t *testing.T, dsn, prefix string) *specstarpg.Writer {
+	t.Helper()
 	w, err := specstarpg.Open(ctx, dsn, specstarpg.Options{TablePrefix: prefix})
 	if err != nil {
 		t.Fatalf("cannot connect to Postgres at %s (set PG_DSN to a reachable server): %v", dsn, err)
@@ -225,19 +197,43 @@ func TestTailOfNoTablesSaysSo(t *testing.T) {
 	if err := w.CreateModel(ctx, "issue"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Create(ctx, "issue", "issue:0", payload("issue:0", 0), specstarpg.Write{}); err != nil {
-		t.Fatal(err)
+	return w
+}
+
+// backgroundTail is a writer command (a tail) running while the test
+// watches what it does.
+type backgroundTail struct {
+	out, errs lockedBuffer
+	done      chan int
+}
+
+// startInBackground runs the writer with args until ctx ends.
+func startInBackground(ctx context.Context, args ...string) *backgroundTail {
+	b := &backgroundTail{done: make(chan int, 1)}
+	go func() { b.done <- run(ctx, args, &b.out, &b.errs) }()
+	return b
+}
+
+// waitUntil waits for cond, failing the test if the tail exits first or
+// ctx ends.
+func (b *backgroundTail) waitUntil(ctx context.Context, t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case code := <-b.done:
+			t.Fatalf("tail exited %d before %s:\n%s", code, what, b.errs.String())
+		case <-ctx.Done():
+			t.Fatalf("no %s:\n%s", what, b.errs.String())
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	wait("events published once the model exists", func() bool {
-		info, err := bus.Stream.Info(ctx)
-		return err == nil && info.State.Msgs >= 2
-	})
-	// A service logs its lifecycle at INFO without -v (issue 34, item 4).
-	if !strings.Contains(errs.String(), `level=INFO msg="following changes by polling"`) {
-		t.Errorf("tail did not log at INFO how it follows:\n%s", errs.String())
-	}
-	cancel()
-	if code := <-done; code != exitOK {
-		t.Errorf("tail stopped with exit %d:\n%s%s", code, out.String(), errs.String())
+}
+
+// stoppedCleanly waits for the tail, whose context was cancelled, and
+// checks it exited 0.
+func (b *backgroundTail) stoppedCleanly(t *testing.T) {
+	t.Helper()
+	if code := <-b.done; code != exitOK {
+		t.Errorf("tail stopped with exit %d:\n%s%s", code, b.out.String(), b.errs.String())
 	}
 }

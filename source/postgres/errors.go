@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"errors"
+	"net"
+	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -43,4 +45,25 @@ func IsPermanent(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && permanentCodes[pgErr.Code]
+}
+
+// IsUnreachable reports whether err is a server that could not be reached
+// (refused, reset, unreachable, unresolvable, timed out) or is starting up:
+// what waiting fixes, so a service waits for its source at start as it
+// does once running.
+func IsUnreachable(err error) bool {
+	var dns *net.DNSError
+	var nerr net.Error
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return true
+	case errors.As(err, &dns):
+		return true
+	case errors.As(err, &nerr) && nerr.Timeout():
+		return true
+	case errors.As(err, &pgErr):
+		return pgErr.Code == "57P03" // cannot_connect_now: starting up or shutting down
+	}
+	return false
 }
