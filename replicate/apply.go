@@ -282,8 +282,8 @@ func (w *Worker) retry(ctx context.Context, what string, op func() error) error 
 	eb := backoff.NewExponentialBackOff(backoff.WithMaxElapsedTime(0), backoff.WithMaxInterval(30*time.Second))
 	return backoff.RetryNotify(func() error {
 		err := op()
-		if err != nil && isPermanent(err) {
-			return backoff.Permanent(err)
+		if err != nil && (isPermanent(err) || sink.IsHeld(err)) {
+			return backoff.Permanent(err) // held: the caller stops, as on an error of ctx
 		}
 		return err
 	}, backoff.WithContext(eb, ctx), func(err error, d time.Duration) {

@@ -273,7 +273,7 @@ func Restore(ctx context.Context, bus *stream.Bus, snk sink.Sink, opts RestoreOp
 		}
 	}
 	if unheld != nil && opts.Logger != nil {
-		opts.Logger.Warn("sink cannot be held for the restore alone (an S3 or Redis store): a run writing into it meanwhile is not kept out; stop every writer of it first", "sink", opts.Display, "why", unheld)
+		opts.Logger.Warn("sink cannot be held for the restore alone: a run writing into it meanwhile is not kept out; stop every writer of it first", "sink", opts.Display, "why", unheld)
 	}
 	empty, err := sink.Empty(ctx, snk, opts.Models)
 	switch {

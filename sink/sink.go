@@ -10,6 +10,7 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"io"
 	"iter"
 
@@ -92,6 +93,14 @@ type BlobLister interface {
 // errors.ErrUnsupported says part of the sink cannot be held.
 type Exclusive interface {
 	Exclusive(ctx context.Context) error
+}
+
+// IsHeld says err is a refusal because another process holds the sink
+// (a restore's lease, or a restore lost its own): no retry helps while it
+// holds it, so a worker stops with the error rather than retries.
+func IsHeld(err error) bool {
+	var h interface{ Held() bool }
+	return errors.As(err, &h) && h.Held()
 }
 
 // Outcome tells the caller what an Apply call did, so that replays and

@@ -18,6 +18,7 @@ import (
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/pgtest"
+	"github.com/specstar/replicator/internal/s3test"
 	"github.com/specstar/replicator/internal/streamhistory"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/stream"
@@ -518,61 +519,104 @@ func TestRestoreForceFindsExtraRevisionsAndBlobs(t *testing.T) {
 	}
 }
 
-// TestRestoreRacingRunOnPostgres (issue 33 item 3): a restore and a live
-// run started together on one empty Postgres sink used to both write, and
-// the restore exited 0 "as of" its point while the sink held the run's
-// later state. Now one of them holds the tables: either the restore
+// TestRestoreRacingRun (issue 33 item 3): a restore and a live run
+// started together on one empty sink used to both write (Postgres, S3),
+// and the restore exited 0 "as of" its point while the sink held the
+// run's later state. Now one of them holds the sink (Postgres: an
+// advisory lock; the all-S3 factory: a lease object): either the restore
 // exits 0 and the sink holds exactly the state as of its point (the run
-// refused, naming the restore's session), or the restore is refused
-// naming the run's session (and the run feeds the sink). Never both.
-func TestRestoreRacingRunOnPostgres(t *testing.T) {
+// refused, naming the restore), or the restore is refused naming the run
+// (and the run feeds the sink). Never both.
+func TestRestoreRacingRun(t *testing.T) {
 	bus := testBus(t)
 	h := pitrHistory(t, bus)
 	ref := filepath.Join(t.TempDir(), "reference")
 	h.Reference(ref, 1)
-	nats := []string{"--nats", bus.URL()}
-	won := map[string]int{}
-	for round := range 3 {
-		t.Run(fmt.Sprintf("round %d", round+1), func(t *testing.T) {
-			pg := pgtest.SharedDSN() + "&table_prefix=" + pgtest.Prefix(t) + "&revisions=true"
-			// Each its own blob directory: a disk tree's lock would decide the race.
-			restored := []string{"--meta", pg, "--resources", pg, "--blobs", "disk:" + t.TempDir()}
-			runBlobs := []string{"--meta", pg, "--resources", pg, "--blobs", "disk:" + t.TempDir()}
-			type result struct {
-				code      int
-				out, errs string
+	srv := s3test.Start(t)
+	for _, kv := range srv.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	for _, backend := range []struct {
+		name string
+		// sinks gives the restore's and the run's sink flags, and the
+		// restored sink as verify's --from flags.
+		sinks                func(t *testing.T) (restored, run, from []string)
+		restoreSays, runSays string // how a refusal names the holder
+	}{
+		{
+			name: "postgres",
+			sinks: func(t *testing.T) (restored, run, from []string) {
+				pg := pgtest.SharedDSN() + "&table_prefix=" + pgtest.Prefix(t) + "&revisions=true"
+				// Each its own blob directory: a disk tree's lock would decide the race.
+				blobs := "disk:" + t.TempDir()
+				return []string{"--meta", pg, "--resources", pg, "--blobs", blobs},
+					[]string{"--meta", pg, "--resources", pg, "--blobs", "disk:" + t.TempDir()},
+					[]string{"--from-meta", pg, "--from-resources", pg, "--from-blobs", blobs}
+			},
+			restoreSays: "(restore, exclusive)", runSays: "(writer)",
+		},
+		{
+			name: "s3 factory",
+			sinks: func(t *testing.T) (restored, run, from []string) {
+				bucket := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", " ", "-").Replace(t.Name()))
+				srv.CreateBucket(t, bucket)
+				factory := benchS3URL(srv, bucket, "app/") + "&factory=s3"
+				return []string{"--to", factory}, []string{"--to", factory}, []string{"--from", factory}
+			},
+			restoreSays: "(restore on ", runSays: "(writer on ",
+		},
+	} {
+		t.Run(backend.name, func(t *testing.T) {
+			won := map[string]int{}
+			for round := range 3 {
+				t.Run(fmt.Sprintf("round %d", round+1), func(t *testing.T) {
+					restored, runSinks, from := backend.sinks(t)
+					raceRestoreAndRun(t, bus, h, ref, restored, runSinks, from, backend.restoreSays, backend.runSays, won)
+				})
 			}
-			runDone := make(chan result, 1)
-			go func() {
-				code, out, errs := runCmd(t, append(append([]string{"run", "--until-drained", "--listen", ""}, runBlobs...), nats...)...)
-				runDone <- result{code, out, errs}
-			}()
-			code, out, errs := runCmd(t, append(append([]string{"restore", "--at-seq", strconv.FormatUint(h.Phases[0].LastSeq, 10)}, restored...), nats...)...)
-			r := <-runDone
-			switch {
-			case code == exitOK && r.code == exitOK:
-				t.Errorf("restore and run on one sink both exited 0: the restore claims a point while the run wrote a later state\nrestore: %s%s\nrun: %s%s", out, errs, r.out, r.errs)
-			case code == exitOK:
-				won["restore"]++
-				if !strings.Contains(r.errs, "held by another process") || !strings.Contains(r.errs, "(restore, exclusive)") {
-					t.Errorf("run refused while a restore held the sink: exit %d, want it naming the restore's session\n%s%s", r.code, r.out, r.errs)
-				}
-				if c, o, _ := runCmd(t, append([]string{"verify", "--from", ref}, restored...)...); c != exitOK {
-					t.Errorf("the restored sink lacks the state as of phase 1: verify exit %d\n%s", c, o)
-				}
-				if c, o, _ := runCmd(t, "verify", "--from-meta", pg, "--from-resources", pg, "--from-blobs", restored[5], "--to", ref); c != exitOK {
-					t.Errorf("the restored sink holds more than the state as of phase 1: verify exit %d\n%s", c, o)
-				}
-			default:
-				won["run"]++
-				if code != exitError || !strings.Contains(errs, "held by another process") || !strings.Contains(errs, "(writer)") {
-					t.Errorf("restore while a run held the sink: exit %d, want 2 naming the run's session\n%s%s", code, out, errs)
-				}
-				if r.code != exitOK {
-					t.Errorf("the run that held the sink: exit %d\n%s%s", r.code, r.out, r.errs)
-				}
-			}
+			t.Logf("rounds won: %v", won)
 		})
 	}
-	t.Logf("rounds won: %v", won)
+}
+
+// raceRestoreAndRun starts a run and a restore as of phase 1 together
+// and checks that one of them held the sink (see TestRestoreRacingRun).
+func raceRestoreAndRun(t *testing.T, bus *stream.Bus, h *streamhistory.History, ref string, restored, runSinks, from []string, restoreSays, runSays string, won map[string]int) {
+	t.Helper()
+	nats := []string{"--nats", bus.URL()}
+	type result struct {
+		code      int
+		out, errs string
+	}
+	runDone := make(chan result, 1)
+	go func() {
+		code, out, errs := runCmd(t, append(append([]string{"run", "--until-drained", "--listen", ""}, runSinks...), nats...)...)
+		runDone <- result{code, out, errs}
+	}()
+	code, out, errs := runCmd(t, append(append([]string{"restore", "--at-seq", strconv.FormatUint(h.Phases[0].LastSeq, 10)}, restored...), nats...)...)
+	r := <-runDone
+	switch {
+	case code == exitOK && r.code == exitOK:
+		t.Errorf("restore and run on one sink both exited 0: the restore claims a point while the run wrote a later state\nrestore: %s%s\nrun: %s%s", out, errs, r.out, r.errs)
+	case code == exitOK:
+		won["restore"]++
+		if !strings.Contains(r.errs, "held by another process") || !strings.Contains(r.errs, restoreSays) {
+			t.Errorf("run refused while a restore held the sink: exit %d, want it naming the restore (%q)\n%s%s", r.code, restoreSays, r.out, r.errs)
+		}
+		if c, o, _ := runCmd(t, append([]string{"verify", "--from", ref}, restored...)...); c != exitOK {
+			t.Errorf("the restored sink lacks the state as of phase 1: verify exit %d\n%s", c, o)
+		}
+		if c, o, _ := runCmd(t, append(append([]string{"verify"}, from...), "--to", ref)...); c != exitOK {
+			t.Errorf("the restored sink holds more than the state as of phase 1: verify exit %d\n%s", c, o)
+		}
+	default:
+		won["run"]++
+		if code != exitError || !strings.Contains(errs, "held by another process") || !strings.Contains(errs, runSays) {
+			t.Errorf("restore while a run held the sink: exit %d, want 2 naming the run (%q)\n%s%s", code, runSays, out, errs)
+		}
+		if r.code != exitOK {
+			t.Errorf("the run that held the sink: exit %d\n%s%s", r.code, r.out, r.errs)
+		}
+	}
 }

@@ -28,10 +28,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/sink/internal/lease"
 	"github.com/specstar/replicator/sink/internal/store"
 )
 
@@ -65,6 +67,10 @@ type Options struct {
 	// Encoding is how metas are written (JSON, SpecStar's default, or
 	// Msgpack); reads accept both.
 	Encoding events.Encoding
+
+	// leaseTTL is how long a lease outlives its last renewal (0:
+	// lease.DefaultTTL); tests shorten it.
+	leaseTTL time.Duration
 }
 
 // casScript replaces (or deletes) KEYS[1] only if it still holds what the
@@ -93,6 +99,8 @@ type Sink struct {
 	opts Options
 	addr string // server and database, for messages
 
+	lease *lease.Keeper // this process's lease, while it writes or restores
+
 	mu    sync.Mutex
 	queue []write // applied, not yet flushed, in Apply order
 }
@@ -117,6 +125,7 @@ func Open(ctx context.Context, client *goredis.Options, opts Options) (*Sink, er
 	}
 	rdb := goredis.NewClient(client)
 	s := &Sink{rdb: rdb, opts: opts, addr: fmt.Sprintf("redis %s/%d", client.Addr, client.DB)}
+	s.lease = lease.New(leaseStore{s}, s.String(), opts.leaseTTL, nil)
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("%s: %w", s.addr, err)
@@ -327,6 +336,9 @@ func (s *Sink) Put(ctx context.Context, model string, meta *events.ResourceMeta)
 	if err != nil {
 		return 0, err
 	}
+	if err := s.lease.Writing(ctx); err != nil {
+		return 0, err
+	}
 	return s.put(ctx, model, meta, encoded)
 }
 
@@ -445,6 +457,9 @@ func (s *Sink) Purge(ctx context.Context, model, resourceID string, purgedAt eve
 	if err := checkResourceID(resourceID); err != nil {
 		return 0, err
 	}
+	if err := s.lease.Writing(ctx); err != nil {
+		return 0, err
+	}
 	key := s.Key(model, resourceID)
 	for range maxCASAttempts {
 		cur, err := s.Raw(ctx, model, resourceID)
@@ -479,6 +494,14 @@ func (s *Sink) Purge(ctx context.Context, model, resourceID string, purgedAt eve
 // several times, or whose compare-and-set lost a race, is written one
 // write at a time.
 func (s *Sink) Flush(ctx context.Context) error {
+	s.mu.Lock()
+	pending := len(s.queue) > 0
+	s.mu.Unlock()
+	if pending {
+		if err := s.lease.Writing(ctx); err != nil {
+			return err // the batch stays queued
+		}
+	}
 	s.mu.Lock()
 	queue := s.queue
 	s.queue = nil
@@ -592,7 +615,12 @@ func (s *Sink) flushOnce(ctx context.Context, writes []write) (lost []write, err
 }
 
 // Close closes the connection pool.
-func (s *Sink) Close() error { return s.rdb.Close() }
+func (s *Sink) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	s.lease.Close(ctx)
+	cancel()
+	return s.rdb.Close()
+}
 
 // Meta reads one resource's meta back; a missing one wraps fs.ErrNotExist,
 // a key that holds no meta (of another type, or undecodable) is an

@@ -32,7 +32,7 @@ import (
 // or by If-None-Match at the end) is Unchanged: blobs are content
 // addressed and written once.
 func (s *Sink) ApplyBlob(ctx context.Context, fileID string, size int64, contentType string, data io.Reader) (store.Outcome, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.writable(ctx); err != nil {
 		return 0, err
 	}
 	what := fmt.Sprintf("blob %q", fileID)

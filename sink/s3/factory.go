@@ -193,7 +193,7 @@ func (f *Factory) Conflicts() int64 { return f.conflicts.Load() }
 // time, then revision count, then bytes); Flush uploads it. The row is the
 // contract's, computed as SpecStar's SqliteMetaStore does.
 func (f *Factory) ApplyMeta(ctx context.Context, model string, meta *events.ResourceMeta) (store.Outcome, error) {
-	if err := f.check(ctx); err != nil {
+	if err := f.writable(ctx); err != nil {
 		return 0, err
 	}
 	if meta == nil {
@@ -267,7 +267,7 @@ func (f *Factory) remove(ctx context.Context, mf *metaFile, resourceID string, p
 // revisions it names; then its revisions, as the S3 resource store
 // purges them.
 func (f *Factory) ApplyPurge(ctx context.Context, model, resourceID string, purgedAt events.Time) (store.Outcome, error) {
-	if err := f.check(ctx); err != nil {
+	if err := f.writable(ctx); err != nil {
 		return 0, err
 	}
 	if err := store.CheckModel(model); err != nil {

@@ -35,7 +35,7 @@ func (s *Sink) Marked(ctx context.Context, consumer string) (bool, error) {
 // Mark records that consumer writes this sink: an S3 PUT is durable once
 // it returns.
 func (s *Sink) Mark(ctx context.Context, consumer string) error {
-	if err := s.check(ctx); err != nil {
+	if err := s.writable(ctx); err != nil {
 		return err
 	}
 	body := fmt.Appendf(nil, "consumer %s has written this sink since %s\n", consumer, time.Now().UTC().Format(time.RFC3339))

@@ -35,7 +35,7 @@ const s3PurgeDir = ".specstar-purge/"
 // kept, so an old revision event redelivered after the purge re-creates
 // what it carries; a later redelivery of the purge removes it again.
 func (s *Sink) ApplyPurge(ctx context.Context, model, resourceID string, purgedAt events.Time) (store.Outcome, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.writable(ctx); err != nil {
 		return 0, err
 	}
 	if err := store.CheckModel(model); err != nil {

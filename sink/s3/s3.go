@@ -18,6 +18,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/sink/internal/lease"
 	"github.com/specstar/replicator/sink/internal/store"
 )
 
@@ -46,6 +47,8 @@ type Sink struct {
 	locks  store.KeyLocks
 	sem    chan struct{} // bounds write requests in flight
 
+	lease *lease.Keeper // this process's lease, while it writes or restores
+
 	mu       sync.Mutex
 	closed   bool
 	headMode bool // Conditional "auto" found If-None-Match unsupported
@@ -73,6 +76,10 @@ type Options struct {
 	Factory     bool
 	CacheDir    string // where the factory keeps its local meta.db copies; "" = the system's temp directory
 	CacheModels int    // meta.db copies kept open at most (more are re-downloaded when needed); 0 = 64
+
+	// leaseTTL is how long a lease outlives its last renewal (0:
+	// lease.DefaultTTL); tests shorten it.
+	leaseTTL time.Duration
 
 	// maxBackoff caps the delay between retries (0: the SDK's 20 s); tests
 	// shorten it.
@@ -214,6 +221,7 @@ func openS3(ctx context.Context, opts Options, loadOpts ...func(*config.LoadOpti
 		client: client,
 		sem:    make(chan struct{}, o.Concurrency),
 	}
+	s.lease = lease.New(leaseStore{s}, s.String(), o.leaseTTL, nil)
 	buckets := []string{o.Bucket}
 	if o.BlobBucket != o.Bucket {
 		buckets = append(buckets, o.BlobBucket)
@@ -270,6 +278,9 @@ func (s *Sink) Flush(ctx context.Context) error {
 
 // Close releases the sink; it cannot be used afterwards.
 func (s *Sink) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	s.lease.Close(ctx)
+	cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true

@@ -33,7 +33,7 @@ func (s *Sink) ApplyMeta(ctx context.Context, model string, meta *events.Resourc
 // rule picks between two uids claiming one index object, and the loser is
 // Stale with nothing written.
 func (s *Sink) ApplyRevision(ctx context.Context, model string, res *events.RawResource) (store.Outcome, error) {
-	if err := s.check(ctx); err != nil {
+	if err := s.writable(ctx); err != nil {
 		return 0, err
 	}
 	if res == nil {
