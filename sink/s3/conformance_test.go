@@ -63,6 +63,9 @@ func dumpBucket(t *testing.T, srv *s3test.Server, bucket string) string {
 			t.Fatalf("list bucket %s: %v", bucket, err)
 		}
 		for _, o := range page.Contents {
+			if strings.Contains(aws.ToString(o.Key), ".specstar-replicator/") {
+				continue // the replicator's own marks and leases, not SpecStar's data
+			}
 			obj, err := c.GetObject(ctx, &awss3.GetObjectInput{Bucket: aws.String(bucket), Key: o.Key})
 			if err != nil {
 				t.Fatalf("get s3://%s/%s: %v", bucket, aws.ToString(o.Key), err)
@@ -111,6 +114,9 @@ func keysBeside(t *testing.T, srv *s3test.Server, own string) string {
 				t.Fatal(err)
 			}
 			for _, o := range page.Contents {
+				if strings.Contains(aws.ToString(o.Key), ".specstar-replicator/") {
+					continue // the replicator's own marks and leases
+				}
 				b.WriteString(" " + aws.ToString(o.Key))
 			}
 		}
