@@ -33,6 +33,7 @@ type FaultProxy struct {
 	fraction float64
 	rng      *rand.Rand
 	methods  map[string]int64
+	own      map[string]int64 // methods of requests for the replicator's own state
 }
 
 // NewFaultProxy starts a proxy on a free loopback port forwarding to
@@ -54,6 +55,7 @@ func NewFaultProxy(t testing.TB, target string) *FaultProxy {
 		ln:      ln,
 		rng:     rand.New(rand.NewPCG(1, 2)), // deterministic
 		methods: map[string]int64{},
+		own:     map[string]int64{},
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = 256
@@ -111,6 +113,15 @@ func (p *FaultProxy) Count(method string) int64 {
 	return p.methods[method]
 }
 
+// CountData is Count without the requests for the replicator's own state
+// (its leases and marks below .specstar-replicator/): a writer renews its
+// lease while it works, and a replay that writes no data still does.
+func (p *FaultProxy) CountData(method string) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.methods[method] - p.own[method]
+}
+
 // Requests counts the requests that reached the proxy, injected failures
 // included.
 func (p *FaultProxy) Requests() int64 { return p.requests.Load() }
@@ -130,6 +141,9 @@ func (p *FaultProxy) handler(next http.Handler) http.Handler {
 		p.requests.Add(1)
 		p.mu.Lock()
 		p.methods[r.Method]++
+		if strings.Contains(r.URL.Path, "/.specstar-replicator/") {
+			p.own[r.Method]++
+		}
 		p.mu.Unlock()
 		if p.down.Load() {
 			p.injected.Add(1)
