@@ -327,3 +327,25 @@ func (e *embedded) stop() {
 	e.srv.WaitForShutdown()
 	e.lock.Close() // releases the flock
 }
+
+// SyncPolicy is when the embedded server this process hosts flushes its
+// stream files ("always", or an interval), for `replicator doctor`; ok is
+// false when another process hosts the server or it is external (a
+// server does not report it to clients).
+func (b *Bus) SyncPolicy() (policy string, ok bool) {
+	b.embMu.Lock()
+	defer b.embMu.Unlock()
+	if b.emb == nil || b.emb.srv == nil {
+		return "", false
+	}
+	jc := b.emb.srv.JetStreamConfig()
+	switch {
+	case jc == nil:
+		return "", false
+	case jc.SyncAlways:
+		return "always", true
+	case jc.SyncInterval > 0:
+		return jc.SyncInterval.String(), true
+	}
+	return "2m0s", true // nats-server's default (defaultSyncInterval)
+}

@@ -585,10 +585,17 @@ func (b *Bus) noStream(ctx context.Context, name string) error {
 		names = append(names, n)
 	}
 	if len(names) == 0 {
-		return fmt.Errorf("no stream %s; this server has no streams yet (a writer or `replicator run` creates it)", name)
+		return &noStreamError{fmt.Sprintf("no stream %s; this server has no streams yet (a writer or `replicator run` creates it)", name)}
 	}
-	return fmt.Errorf("no stream %s; streams here: %s", name, strings.Join(names, ", "))
+	return &noStreamError{fmt.Sprintf("no stream %s; streams here: %s", name, strings.Join(names, ", "))}
 }
+
+// noStreamError is a missing stream: the server was reached. It is
+// jetstream.ErrStreamNotFound to errors.Is.
+type noStreamError struct{ msg string }
+
+func (e *noStreamError) Error() string { return e.msg }
+func (e *noStreamError) Unwrap() error { return jetstream.ErrStreamNotFound }
 
 // Apply changes the settings that change.Given names to change's values
 // (creating the event stream if it is missing) and keeps the others as

@@ -7,6 +7,7 @@
 //	replicator mirror --from ARCHIVE --to DIR|URL|NAME
 //	replicator verify --from ARCHIVE|DIR|URL|NAME --to URL|NAME
 //	replicator reconcile --from ARCHIVE|DIR|URL|NAME --to URL|NAME [--dry-run] [--prune]
+//	replicator doctor [--to SINK ...] [--from POSTGRES] [--monitor URL ...]
 //	replicator status | dlq list | dlq replay | stream info | stream apply
 //
 // Exit status: 0 done or equal, 1 differences or invalid input, 2 usage
@@ -41,6 +42,7 @@ commands:
   mirror     replay an archive (--from) into a sink (--to) on an embedded server, in one command
   verify     compare a sink (--to) with its source (--from); exit 1 if they differ
   reconcile  publish what a sink (--to) lacks from its source (--from); --dry-run exits 1 on differences
+  doctor     check a deployment end to end: each check passes, warns or fails with its fix
   status     per sink consumer: pending events, ack floor, dead letters
   dlq        list or replay dead-lettered events (dlq list, dlq replay)
   stream     show (stream info) or change (stream apply) the event stream's settings
@@ -87,7 +89,7 @@ func groupHelp(group string) string {
 
 // commands are the replicator's commands by name ("dlq list" included).
 var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer, log *slog.Logger) int{
-	"run": cmdRun, "restore": cmdRestore, "mirror": cmdMirror, "verify": cmdVerify, "reconcile": cmdReconcile, "status": cmdStatus,
+	"run": cmdRun, "restore": cmdRestore, "mirror": cmdMirror, "verify": cmdVerify, "reconcile": cmdReconcile, "status": cmdStatus, "doctor": cmdDoctor,
 	"dlq list": cmdDLQList, "dlq replay": cmdDLQReplay, "stream info": cmdStreamInfo, "stream apply": cmdStreamApply,
 }
 

@@ -28,6 +28,7 @@ type FaultProxy struct {
 	injected atomic.Int64
 	down     atomic.Bool
 	noINM    atomic.Bool
+	readOnly atomic.Bool
 
 	mu       sync.Mutex
 	fraction float64
@@ -104,6 +105,11 @@ func (p *FaultProxy) Down(down bool) { p.down.Store(down) }
 // tested.
 func (p *FaultProxy) RejectIfNoneMatch(reject bool) { p.noINM.Store(reject) }
 
+// ReadOnly makes the proxy answer every write (PUT, POST, DELETE) with
+// 403 AccessDenied, as S3 answers credentials whose policy grants reads
+// only.
+func (p *FaultProxy) ReadOnly(readOnly bool) { p.readOnly.Store(readOnly) }
+
 // Count counts the requests of one HTTP method (PUT, GET, HEAD, POST,
 // DELETE) that reached the proxy, injected failures included, so a test
 // can assert that a replay wrote nothing.
@@ -162,6 +168,14 @@ func (p *FaultProxy) handler(next http.Handler) http.Handler {
 				_, _ = io.Copy(io.Discard, r.Body)
 			}
 			writeS3Error(w, http.StatusNotImplemented, "NotImplemented", "A header you provided implies functionality that is not implemented.")
+			return
+		}
+		if p.readOnly.Load() && (r.Method == http.MethodPut || r.Method == http.MethodPost || r.Method == http.MethodDelete) {
+			p.injected.Add(1)
+			if !strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+				_, _ = io.Copy(io.Discard, r.Body)
+			}
+			writeS3Error(w, http.StatusForbidden, "AccessDenied", "Access Denied")
 			return
 		}
 		if p.fail() {

@@ -324,3 +324,7 @@ func (l *Sink) Exclusive(ctx context.Context) error {
 	}
 	return unheld
 }
+
+// Stores are the distinct stores of the layers, for a caller that checks
+// each (`replicator doctor`).
+func (l *Sink) Stores() []Store { return append([]Store(nil), l.all...) }
