@@ -205,16 +205,10 @@ func tryHostEmbedded(cfg Config, port int) (*embedded, error) {
 	} else {
 		opts.SyncAlways = true
 	}
-	srv, err := server.NewServer(opts)
+	srv, err := startServer(opts)
 	if err != nil {
 		lf.Close()
-		return nil, fmt.Errorf("embedded NATS server: %w", err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(30 * time.Second) {
-		srv.Shutdown()
-		lf.Close()
-		return nil, fmt.Errorf("embedded NATS server in %s did not start", dataDir)
+		return nil, fmt.Errorf("embedded NATS server in %s: %w", dataDir, err)
 	}
 	// nats://, not the tls:// of srv.ClientURL(): a client joining
 	// through the directory insists on TLS itself (nats.Secure), and one
@@ -226,6 +220,62 @@ func tryHostEmbedded(cfg Config, port int) (*embedded, error) {
 	}
 	return &embedded{srv: srv, lock: lf, url: url, token: token}, nil
 }
+
+// startServer starts a server with opts. A port that another process
+// bound after canBind said it was free (a squatter, or a second process
+// taking over at the same moment) fails the server's listener at once:
+// it starts over on a random port then, instead of waiting out
+// ReadyForConnections, which does not look at why it is not ready, so
+// that a takeover never stalls on a stolen port.
+func startServer(opts *server.Options) (*server.Server, error) {
+	for {
+		srv, err := server.NewServer(opts)
+		if err != nil {
+			return nil, err
+		}
+		fatal := make(chan string, 1)
+		srv.SetLogger(fatalLogger(fatal), false, false)
+		srv.Start()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if srv.ReadyForConnections(50 * time.Millisecond) {
+				return srv, nil
+			}
+			select {
+			case msg := <-fatal:
+				srv.Shutdown()
+				if opts.Port == server.RANDOM_PORT {
+					return nil, errors.New(msg)
+				}
+				opts.Port = server.RANDOM_PORT
+			default:
+				if time.Now().Before(deadline) {
+					continue
+				}
+				srv.Shutdown()
+				return nil, errors.New("did not start within 30s")
+			}
+			break
+		}
+	}
+}
+
+// fatalLogger passes the embedded server's fatal errors (its listener's,
+// which it does not act on itself) to startServer, and drops the rest, as
+// NoLog does.
+type fatalLogger chan<- string
+
+func (f fatalLogger) Fatalf(format string, v ...any) {
+	select {
+	case f <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+func (fatalLogger) Noticef(string, ...any) {}
+func (fatalLogger) Warnf(string, ...any)   {}
+func (fatalLogger) Errorf(string, ...any)  {}
+func (fatalLogger) Debugf(string, ...any)  {}
+func (fatalLogger) Tracef(string, ...any)  {}
 
 // privateDataDir makes dataDir (0700) if it does not exist and refuses one
 // that another user owns or can write to: whoever can write there can
