@@ -14,6 +14,8 @@
 // or operational error.
 package main
 
+//go:generate go test -run TestCLIReference -update-reference .
+
 import (
 	"context"
 	"fmt"

@@ -14,6 +14,8 @@
 // valid, 2 usage or operational error.
 package main
 
+//go:generate go test -run TestCLIReference -update-reference .
+
 import (
 	"context"
 	"fmt"

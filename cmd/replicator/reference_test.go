@@ -1,0 +1,41 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/specstar/replicator/internal/cli"
+)
+
+var updateReference = flag.Bool("update-reference", false, "rewrite docs/cli's replicator pages from the commands' --help (go generate)")
+
+// TestCLIReference: docs/cli has one page per command, made from its
+// --help, and none is stale; `go generate ./cmd/...` remakes them.
+func TestCLIReference(t *testing.T) {
+	// Defaults that come from the environment read the same anywhere.
+	t.Setenv("XDG_STATE_HOME", "~/.local/state")
+	t.Setenv("NATS_URL", "")
+	t.Setenv("SPECSTAR_CONFIG", "")
+	pages := map[string][]byte{}
+	var names []string
+	for name := range commands {
+		var out, errs bytes.Buffer
+		if code := run(context.Background(), append(strings.Fields(name), "--help"), &out, &errs); code != exitOK {
+			t.Fatalf("replicator %s --help: exit %d\n%s", name, code, errs.String())
+		}
+		names = append(names, "replicator "+name)
+		pages[cli.PageFile("replicator "+name)] = cli.ReferencePage("replicator "+name, out.String())
+	}
+	pages["replicator.md"] = cli.ReferenceIndex("replicator", usage, names)
+	stale, err := cli.SyncReference(filepath.Join("..", "..", cli.ReferenceDir), "replicator", pages, *updateReference)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stale) > 0 && !*updateReference {
+		t.Errorf("docs/cli is not what the commands print; run go generate ./cmd/... and commit it:\n%s", strings.Join(stale, "\n"))
+	}
+}
