@@ -13,7 +13,7 @@ import (
 
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/synth"
+	"github.com/specstar/replicator/internal/testsupport/synth"
 )
 
 // benchArchive is a generated archive of 200,000 revisions (20,000

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 )
 
 // frameOf is one archive frame: the length prefix, then the record.

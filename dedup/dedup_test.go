@@ -7,7 +7,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 )
 
 // TestAgainstReferenceHashes checks our hashes against the ones the Python

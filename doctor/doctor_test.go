@@ -18,10 +18,10 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/specstar/replicator/internal/freeport"
-	"github.com/specstar/replicator/internal/pgtest"
-	"github.com/specstar/replicator/internal/s3test"
-	"github.com/specstar/replicator/internal/testtmp"
+	"github.com/specstar/replicator/internal/testsupport/freeport"
+	"github.com/specstar/replicator/internal/testsupport/pgtest"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
+	"github.com/specstar/replicator/internal/testsupport/testtmp"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/stream"
 )

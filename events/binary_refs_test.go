@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 )
 
 // TestBinaryRefsMatchTheReference: in blobs.acbak and msgpack.acbak the

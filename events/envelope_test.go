@@ -5,7 +5,7 @@ import (
 	"testing"
 	"unicode"
 
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 )
 
 func TestSubjectToken(t *testing.T) {

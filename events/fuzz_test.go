@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 )
 
 // Fuzz targets for every decoder. Each checks that no input panics, and

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 )
 
 // firstRecords returns the first MetaRecord and RevisionRecord of

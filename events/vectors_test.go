@@ -9,7 +9,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 )
 
 // vector is one case of ../shared/fixtures/vectors.json, written by the

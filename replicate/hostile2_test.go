@@ -20,7 +20,7 @@ import (
 
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/pgtest"
+	"github.com/specstar/replicator/internal/testsupport/pgtest"
 	"github.com/specstar/replicator/replicate"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/stream"

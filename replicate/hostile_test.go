@@ -18,7 +18,7 @@ import (
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 	"github.com/specstar/replicator/replicate"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/stream"

@@ -12,7 +12,7 @@ import (
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/compare"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 	"github.com/specstar/replicator/replicate"
 	"github.com/specstar/replicator/sink"
 	srcarchive "github.com/specstar/replicator/source/archive"

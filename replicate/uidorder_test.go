@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/s3test"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
 	"github.com/specstar/replicator/replicate"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/stream"

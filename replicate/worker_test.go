@@ -14,7 +14,7 @@ import (
 
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/compare"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 	"github.com/specstar/replicator/replicate"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/sink/disk"

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 	"github.com/specstar/replicator/source"
 	"github.com/specstar/replicator/source/archive"
 	"github.com/specstar/replicator/source/disk"

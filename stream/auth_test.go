@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specstar/replicator/internal/natstest"
+	"github.com/specstar/replicator/internal/testsupport/natstest"
 	"github.com/specstar/replicator/stream"
 )
 

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/natscluster"
-	"github.com/specstar/replicator/internal/testsize"
+	"github.com/specstar/replicator/internal/testsupport/natscluster"
+	"github.com/specstar/replicator/internal/testsupport/testsize"
 )
 
 // syncBuffer is a log destination safe for concurrent writers.

@@ -21,7 +21,7 @@ import (
 
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/httpops"
-	"github.com/specstar/replicator/internal/waitfor"
+	"github.com/specstar/replicator/internal/testsupport/waitfor"
 )
 
 // TestEmbeddedServerRequiresItsToken (issue 12, item 13): the embedded

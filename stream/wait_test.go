@@ -13,7 +13,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/specstar/replicator/internal/freeport"
+	"github.com/specstar/replicator/internal/testsupport/freeport"
 	"github.com/specstar/replicator/stream"
 )
 

@@ -17,8 +17,8 @@ import (
 
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/fsprobe"
-	"github.com/specstar/replicator/internal/synth"
+	"github.com/specstar/replicator/internal/testsupport/fsprobe"
+	"github.com/specstar/replicator/internal/testsupport/synth"
 )
 
 // loaderArchive is shaped like the archive of the performance issue:

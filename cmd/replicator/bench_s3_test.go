@@ -38,7 +38,7 @@ import (
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/s3test"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
 	"github.com/specstar/replicator/sink/disk"
 	s3sink "github.com/specstar/replicator/sink/s3"
 	srcarchive "github.com/specstar/replicator/source/archive"

@@ -21,7 +21,7 @@ import (
 
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/synth"
+	"github.com/specstar/replicator/internal/testsupport/synth"
 	"github.com/specstar/replicator/stream"
 )
 

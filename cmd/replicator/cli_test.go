@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 )
 
 // TestJSONIsOneObject (issue 13, item 5): with --json a command prints

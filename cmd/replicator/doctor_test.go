@@ -8,8 +8,8 @@ import (
 
 	"github.com/specstar/replicator/doctor"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/freeport"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/freeport"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 )
 
 // TestDoctor: on a drained deployment with one dead letter, doctor exits

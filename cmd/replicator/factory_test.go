@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specstar/replicator/internal/s3test"
-	"github.com/specstar/replicator/internal/testsize"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
+	"github.com/specstar/replicator/internal/testsupport/testsize"
 )
 
 // TestFactoryCrashAndResume kills the replicator (SIGKILL) while it

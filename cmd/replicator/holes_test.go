@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 	"github.com/specstar/replicator/stream"
 )
 

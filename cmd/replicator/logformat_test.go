@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 )
 
 // TestLogFormatJSON (issue 23, item 3): with --log-format json every

@@ -10,8 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/specstar/replicator/internal/s3test"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 )
 
 // TestWipedSinkIsRebuilt: a sink drained, then wiped (rm -rf of a mirror,

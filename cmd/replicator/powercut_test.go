@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specstar/replicator/internal/lazyfs"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/lazyfs"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 	"github.com/specstar/replicator/stream"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/sink/disk"
 	"github.com/specstar/replicator/sink/postgres"

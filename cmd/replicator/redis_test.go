@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specstar/replicator/internal/freeport"
-	"github.com/specstar/replicator/internal/redistest"
-	"github.com/specstar/replicator/internal/testfixtures"
-	"github.com/specstar/replicator/internal/testsize"
+	"github.com/specstar/replicator/internal/testsupport/freeport"
+	"github.com/specstar/replicator/internal/testsupport/redistest"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testsize"
 )
 
 // redisMeta is a Redis meta store URL under a fresh key prefix.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 	"github.com/specstar/replicator/stream"
 )
 

@@ -25,8 +25,8 @@ import (
 
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/testfixtures"
-	"github.com/specstar/replicator/internal/testsize"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testsize"
 	"github.com/specstar/replicator/replicate"
 	"github.com/specstar/replicator/sink/disk"
 	"github.com/specstar/replicator/source"

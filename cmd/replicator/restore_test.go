@@ -17,9 +17,9 @@ import (
 
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/pgtest"
-	"github.com/specstar/replicator/internal/s3test"
-	"github.com/specstar/replicator/internal/streamhistory"
+	"github.com/specstar/replicator/internal/testsupport/pgtest"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
+	"github.com/specstar/replicator/internal/testsupport/streamhistory"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/stream"
 )

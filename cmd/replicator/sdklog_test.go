@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 )
 
 // TestAWSSDKLinesFollowTheLogFormat (issue 34, smaller items): with

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specstar/replicator/internal/natstest"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/natstest"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 	"github.com/specstar/replicator/stream"
 )
 

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specstar/replicator/internal/testfixtures"
-	"github.com/specstar/replicator/internal/waitfor"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/waitfor"
 	"github.com/specstar/replicator/replicate"
 )
 

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/specstar/replicator/internal/testsize"
+	"github.com/specstar/replicator/internal/testsupport/testsize"
 )
 
 // TestProcessesStartedTogetherShareOneServer (issue 34, item 3): two

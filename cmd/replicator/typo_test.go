@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 )
 
 // TestToATypoOfADeploymentIsRefused (issue 34, smaller items): with a

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/specstar/replicator/internal/freeport"
+	"github.com/specstar/replicator/internal/testsupport/freeport"
 )
 
 // readyz is the status /readyz on addr answers (0: no answer).

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/pgtest"
-	"github.com/specstar/replicator/internal/specstarpg"
+	"github.com/specstar/replicator/internal/testsupport/pgtest"
+	"github.com/specstar/replicator/internal/testsupport/specstarpg"
 	"github.com/specstar/replicator/stream"
 )
 

@@ -23,9 +23,9 @@ import (
 
 	"github.com/specstar/replicator/events"
 	"github.com/specstar/replicator/internal/cli"
-	"github.com/specstar/replicator/internal/fsprobe"
-	"github.com/specstar/replicator/internal/pgtest"
-	"github.com/specstar/replicator/internal/specstarpg"
+	"github.com/specstar/replicator/internal/testsupport/fsprobe"
+	"github.com/specstar/replicator/internal/testsupport/pgtest"
+	"github.com/specstar/replicator/internal/testsupport/specstarpg"
 	"github.com/specstar/replicator/stream"
 )
 

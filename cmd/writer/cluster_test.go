@@ -22,12 +22,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/freeport"
-	"github.com/specstar/replicator/internal/natscluster"
-	"github.com/specstar/replicator/internal/synth"
-	"github.com/specstar/replicator/internal/testfixtures"
-	"github.com/specstar/replicator/internal/testsize"
-	"github.com/specstar/replicator/internal/waitfor"
+	"github.com/specstar/replicator/internal/testsupport/freeport"
+	"github.com/specstar/replicator/internal/testsupport/natscluster"
+	"github.com/specstar/replicator/internal/testsupport/synth"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testsize"
+	"github.com/specstar/replicator/internal/testsupport/waitfor"
 	"github.com/specstar/replicator/sink/disk"
 	"github.com/specstar/replicator/stream"
 )

@@ -26,8 +26,8 @@ import (
 
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/s3test"
-	"github.com/specstar/replicator/internal/specstarpg"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
+	"github.com/specstar/replicator/internal/testsupport/specstarpg"
 	"github.com/specstar/replicator/sink/disk"
 )
 

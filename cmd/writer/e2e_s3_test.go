@@ -15,11 +15,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/specstar/replicator/internal/pgtest"
-	"github.com/specstar/replicator/internal/s3test"
-	"github.com/specstar/replicator/internal/specstarpg"
-	"github.com/specstar/replicator/internal/testsize"
-	"github.com/specstar/replicator/internal/waitfor"
+	"github.com/specstar/replicator/internal/testsupport/pgtest"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
+	"github.com/specstar/replicator/internal/testsupport/specstarpg"
+	"github.com/specstar/replicator/internal/testsupport/testsize"
+	"github.com/specstar/replicator/internal/testsupport/waitfor"
 	"github.com/specstar/replicator/stream"
 )
 

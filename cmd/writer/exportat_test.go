@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specstar/replicator/internal/streamhistory"
+	"github.com/specstar/replicator/internal/testsupport/streamhistory"
 )
 
 // TestExportAtTime (issue 24 item 2): `writer export --at T` with the

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specstar/replicator/internal/s3test"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 )
 
 // TestArchiveS3FactoryRoundTrip: an archive goes onto the stream, the

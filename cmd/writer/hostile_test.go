@@ -21,9 +21,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/specstar/replicator/internal/pgtest"
-	"github.com/specstar/replicator/internal/specstarpg"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/pgtest"
+	"github.com/specstar/replicator/internal/testsupport/specstarpg"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 	"github.com/specstar/replicator/stream"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/specstar/replicator/internal/redistest"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/redistest"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 	"github.com/specstar/replicator/sink"
 	redissink "github.com/specstar/replicator/sink/redis"
 	"github.com/specstar/replicator/stream"

@@ -9,9 +9,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/specstar/replicator/internal/redistest"
-	"github.com/specstar/replicator/internal/testfixtures"
-	"github.com/specstar/replicator/internal/waitfor"
+	"github.com/specstar/replicator/internal/testsupport/redistest"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/waitfor"
 )
 
 // TestRedisTailKilledLeavesTheOriginalSetting (issue 34, smaller items):

@@ -19,11 +19,11 @@ import (
 
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/pgtest"
-	"github.com/specstar/replicator/internal/s3test"
-	"github.com/specstar/replicator/internal/specstarpg"
-	"github.com/specstar/replicator/internal/testfixtures"
-	"github.com/specstar/replicator/internal/testsize"
+	"github.com/specstar/replicator/internal/testsupport/pgtest"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
+	"github.com/specstar/replicator/internal/testsupport/specstarpg"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testsize"
 	"github.com/specstar/replicator/stream"
 )
 

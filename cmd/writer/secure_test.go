@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specstar/replicator/internal/natstest"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/natstest"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 )
 
 // TestReplayToSecuredNATS: writer replay reaches a server of every

@@ -4,7 +4,7 @@ import (
 	"flag"
 	"testing"
 
-	"github.com/specstar/replicator/internal/testtmp"
+	"github.com/specstar/replicator/internal/testsupport/testtmp"
 )
 
 // TestMain keeps every temporary file of this package's tests, and of the

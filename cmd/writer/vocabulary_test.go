@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/specstar/replicator/internal/cli"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 )
 
 // TestWriterVocabularyMatchesREADME: every writer command's source and

@@ -17,8 +17,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/specstar/replicator/internal/freeport"
-	"github.com/specstar/replicator/internal/specstarpg"
+	"github.com/specstar/replicator/internal/testsupport/freeport"
+	"github.com/specstar/replicator/internal/testsupport/specstarpg"
 )
 
 // lockedBuffer is a stderr the command writes while the test reads it.

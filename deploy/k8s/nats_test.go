@@ -20,7 +20,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/specstar/replicator/internal/deployment"
-	"github.com/specstar/replicator/internal/natscluster"
+	"github.com/specstar/replicator/internal/testsupport/natscluster"
 )
 
 // natsCluster is the NATS StatefulSet of a rendered overlay, with its

@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
-	"github.com/specstar/replicator/internal/freeport"
+	"github.com/specstar/replicator/internal/testsupport/freeport"
 )
 
 // freePorts reserves n loopback ports for the test (outside the

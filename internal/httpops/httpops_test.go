@@ -15,7 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/specstar/replicator/internal/freeport"
+	"github.com/specstar/replicator/internal/testsupport/freeport"
 )
 
 // serveShort serves with sub-second timeouts on a free loopback port and

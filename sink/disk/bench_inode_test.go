@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specstar/replicator/internal/fsprobe"
+	"github.com/specstar/replicator/internal/testsupport/fsprobe"
 )
 
 // BenchmarkCreateAfterDelete (issue 22) measures what the file system

@@ -19,7 +19,7 @@ import (
 	"testing"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 	"github.com/specstar/replicator/sink/internal/sinktestutil"
 	"github.com/specstar/replicator/sink/internal/sqlitemeta"
 	"github.com/specstar/replicator/sink/internal/store"

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 	"github.com/specstar/replicator/sink/internal/sinktestutil"
 	"github.com/specstar/replicator/sink/internal/store"
 )

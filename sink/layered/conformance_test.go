@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/specstar/replicator/internal/pgtest"
-	"github.com/specstar/replicator/internal/s3test"
+	"github.com/specstar/replicator/internal/testsupport/pgtest"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/sink/disk"
 	"github.com/specstar/replicator/sink/layered"

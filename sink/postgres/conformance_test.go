@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/specstar/replicator/internal/pgtest"
+	"github.com/specstar/replicator/internal/testsupport/pgtest"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/sink/postgres"
 	"github.com/specstar/replicator/sink/sinktest"

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specstar/replicator/internal/pgtest"
-	"github.com/specstar/replicator/internal/waitfor"
+	"github.com/specstar/replicator/internal/testsupport/pgtest"
+	"github.com/specstar/replicator/internal/testsupport/waitfor"
 )
 
 // TestWriterLock (issue 33 item 3): writers of one sink's tables share

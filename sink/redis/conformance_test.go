@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/redistest"
+	"github.com/specstar/replicator/internal/testsupport/redistest"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/sink/disk"
 	"github.com/specstar/replicator/sink/layered"

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/redistest"
+	"github.com/specstar/replicator/internal/testsupport/redistest"
 	"github.com/specstar/replicator/sink/internal/lease"
 	"github.com/specstar/replicator/sink/internal/sinktestutil"
 	"github.com/specstar/replicator/sink/redis"

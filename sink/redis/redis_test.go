@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/redistest"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/redistest"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/sink/internal/sinktestutil"
 	"github.com/specstar/replicator/sink/redis"

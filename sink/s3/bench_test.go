@@ -31,8 +31,8 @@ import (
 
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/s3test"
-	"github.com/specstar/replicator/internal/synth"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
+	"github.com/specstar/replicator/internal/testsupport/synth"
 	"github.com/specstar/replicator/sink/internal/store"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/specstar/replicator/internal/s3test"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/sink/s3"
 	"github.com/specstar/replicator/sink/sinktest"

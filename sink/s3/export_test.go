@@ -5,7 +5,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/config"
 
-	"github.com/specstar/replicator/internal/s3test"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
 )
 
 // Test hooks for the external test package (conformance_test.go), which

@@ -14,7 +14,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/s3test"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/sink/internal/sinktestutil"
 	"github.com/specstar/replicator/sink/s3"

@@ -16,8 +16,8 @@ import (
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/s3test"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/sink/internal/sinktestutil"
 	"github.com/specstar/replicator/sink/internal/store"

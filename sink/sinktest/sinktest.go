@@ -25,7 +25,7 @@ import (
 
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/sink/internal/sinktestutil"
 	"github.com/specstar/replicator/sink/internal/store"

@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/pgtest"
-	"github.com/specstar/replicator/internal/specstarpg"
-	"github.com/specstar/replicator/internal/waitfor"
+	"github.com/specstar/replicator/internal/testsupport/pgtest"
+	"github.com/specstar/replicator/internal/testsupport/specstarpg"
+	"github.com/specstar/replicator/internal/testsupport/waitfor"
 )
 
 // logicalEnv is a cluster with a writer and a source on one prefix.

@@ -15,13 +15,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/s3test"
-	"github.com/specstar/replicator/internal/specstarpg"
-	"github.com/specstar/replicator/internal/waitfor"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
+	"github.com/specstar/replicator/internal/testsupport/specstarpg"
+	"github.com/specstar/replicator/internal/testsupport/waitfor"
 	s3sink "github.com/specstar/replicator/sink/s3"
 )
 
-// The Postgres+S3 tests run a real versitygw (internal/s3test) beside the
+// The Postgres+S3 tests run a real versitygw (internal/testsupport/s3test) beside the
 // shared Postgres: metas in Postgres, revisions in bucket "deploy", blobs
 // in bucket "files", written by the test writer with the AWS SDK; read
 // back through s3sink.Sink.

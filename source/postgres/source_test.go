@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/pgtest"
-	"github.com/specstar/replicator/internal/specstarpg"
-	"github.com/specstar/replicator/internal/waitfor"
+	"github.com/specstar/replicator/internal/testsupport/pgtest"
+	"github.com/specstar/replicator/internal/testsupport/specstarpg"
+	"github.com/specstar/replicator/internal/testsupport/waitfor"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/sink/disk"
 	"github.com/specstar/replicator/sink/postgres"
@@ -68,7 +68,7 @@ func prefixOf(w *specstarpg.Writer) string {
 }
 
 // The expected content of a deployment the test writer populated, shared
-// with the other sources' tests (internal/specstarpg).
+// with the other sources' tests (internal/testsupport/specstarpg).
 type (
 	resource   = specstarpg.Resource
 	deployment = specstarpg.Deployment

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/waitfor"
+	"github.com/specstar/replicator/internal/testsupport/waitfor"
 	"github.com/specstar/replicator/sink"
 	redissink "github.com/specstar/replicator/sink/redis"
 	"github.com/specstar/replicator/source/internal/base"

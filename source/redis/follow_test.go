@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/redistest"
-	"github.com/specstar/replicator/internal/waitfor"
+	"github.com/specstar/replicator/internal/testsupport/redistest"
+	"github.com/specstar/replicator/internal/testsupport/waitfor"
 	"github.com/specstar/replicator/source/internal/base"
 	"github.com/specstar/replicator/source/redis"
 )

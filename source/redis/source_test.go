@@ -15,8 +15,8 @@ import (
 
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/redistest"
-	"github.com/specstar/replicator/internal/testfixtures"
+	"github.com/specstar/replicator/internal/testsupport/redistest"
+	"github.com/specstar/replicator/internal/testsupport/testfixtures"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/sink/disk"
 	"github.com/specstar/replicator/sink/layered"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/specstarpg"
+	"github.com/specstar/replicator/internal/testsupport/specstarpg"
 )
 
 // TestUntypedBlobReadsAsSpecStarReadsIt (issue 12, item 22): a blob

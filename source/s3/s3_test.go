@@ -16,12 +16,12 @@ import (
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/s3test"
-	"github.com/specstar/replicator/internal/specstarpg"
+	"github.com/specstar/replicator/internal/testsupport/s3test"
+	"github.com/specstar/replicator/internal/testsupport/specstarpg"
 )
 
-// The S3 store tests run a real versitygw (internal/s3test) beside the
-// shared Postgres, where the test writer (internal/specstarpg) keeps the
+// The S3 store tests run a real versitygw (internal/testsupport/s3test) beside the
+// shared Postgres, where the test writer (internal/testsupport/specstarpg) keeps the
 // metas while it writes revisions to bucket "deploy" and blobs to bucket
 // "files" with the AWS SDK; the store is read back through s3sink.Sink.
 
@@ -78,7 +78,7 @@ func randomPrefix() string {
 }
 
 // The expected content of a deployment the test writer populated, shared
-// with the other sources' tests (internal/specstarpg).
+// with the other sources' tests (internal/testsupport/specstarpg).
 type (
 	resource   = specstarpg.Resource
 	deployment = specstarpg.Deployment

@@ -3,7 +3,7 @@ package s3
 import (
 	"testing"
 
-	"github.com/specstar/replicator/internal/testtmp"
+	"github.com/specstar/replicator/internal/testsupport/testtmp"
 )
 
 // TestMain keeps every temporary file of this package's tests, and of the

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/specstar/replicator/internal/freeport"
+	"github.com/specstar/replicator/internal/testsupport/freeport"
 )
 
 // LogicalCluster starts a throwaway Postgres cluster with

@@ -22,8 +22,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/specstar/replicator/internal/freeport"
-	"github.com/specstar/replicator/internal/waitfor"
+	"github.com/specstar/replicator/internal/testsupport/freeport"
+	"github.com/specstar/replicator/internal/testsupport/waitfor"
 )
 
 // BinaryEnv names the nats-server binary to run instead of the one

@@ -16,7 +16,7 @@ import (
 
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
-	"github.com/specstar/replicator/internal/waitfor"
+	"github.com/specstar/replicator/internal/testsupport/waitfor"
 	"github.com/specstar/replicator/sink"
 	"github.com/specstar/replicator/stream"
 )

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/specstar/replicator/internal/freeport"
+	"github.com/specstar/replicator/internal/testsupport/freeport"
 	"golang.org/x/sys/unix"
 )
 

@@ -24,7 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// BaseEnv names the directory the port locks live in; internal/testtmp
+// BaseEnv names the directory the port locks live in; internal/testsupport/testtmp
 // sets it to the directory shared by every test run, so that locks taken
 // by different test binaries meet. Without it the temporary directory is
 // used.
