@@ -475,7 +475,3 @@ func headETag(h *s3.HeadObjectOutput) string {
 	}
 	return aws.ToString(h.ETag)
 }
-
-// ------------------------------------------------------ local copies
-
-// ------------------------------------------------------------- reads
