@@ -268,3 +268,32 @@ func TestCheckDiskSink(t *testing.T) {
 	want{Warn, "does not exist yet"}.check(t, result(t, r, "sink "+s.Name))
 	want{Pass, "in 3 events for it"}.check(t, result(t, r, "disk "+s.Name))
 }
+
+// A process that joined the embedded server another process hosts reads
+// the host's fsync policy from the data directory: always by default, and
+// the host's --sync-interval when it was given one (a failure: one copy).
+func TestCheckFsyncOfAJoinedEmbeddedServer(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		interval time.Duration
+		want     want
+	}{
+		{"default", 0, want{Pass, "embedded: fsync before every acknowledgement"}},
+		{"interval", 10 * time.Second, want{Fail, "embedded every 10s"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			host, err := stream.Open(context.Background(), stream.Config{DataDir: dir, SyncInterval: c.interval}, quiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(host.Close)
+			joined, err := stream.Open(context.Background(), stream.Config{DataDir: dir}, quiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(joined.Close)
+			c.want.check(t, result(t, Check(context.Background(), Options{Bus: joined}), "fsync"))
+		})
+	}
+}

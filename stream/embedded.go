@@ -40,6 +40,7 @@ const (
 	lockFile  = "embedded.lock"
 	urlFile   = "embedded.url"
 	tokenFile = "embedded.token" // mode 0600: only its owner can connect
+	syncFile  = "embedded.sync"  // the host's fsync policy, for the processes that join
 )
 
 // embeddedToken returns the token that the embedded server of dataDir
@@ -214,6 +215,14 @@ func tryHostEmbedded(cfg Config, port int) (*embedded, error) {
 	// through the directory insists on TLS itself (nats.Secure), and one
 	// handed Bus.URL() as --nats may speak plain text.
 	url := "nats://" + srv.Addr().String()
+	// The fsync policy first, so a process that joins by the URL finds it
+	// (Bus.SyncPolicy).
+	if p, ok := serverSync(srv); ok {
+		tmp := filepath.Join(dataDir, syncFile+".tmp")
+		if err := os.WriteFile(tmp, []byte(p), 0o600); err == nil {
+			_ = os.Rename(tmp, filepath.Join(dataDir, syncFile))
+		}
+	}
 	tmp := filepath.Join(dataDir, urlFile+".tmp")
 	if err := os.WriteFile(tmp, []byte(url), 0o600); err == nil {
 		_ = os.Rename(tmp, filepath.Join(dataDir, urlFile))
@@ -378,17 +387,30 @@ func (e *embedded) stop() {
 	e.lock.Close() // releases the flock
 }
 
-// SyncPolicy is when the embedded server this process hosts flushes its
-// stream files ("always", or an interval), for `replicator doctor`; ok is
-// false when another process hosts the server or it is external (a
-// server does not report it to clients).
+// SyncPolicy is when the embedded server flushes its stream files
+// ("always", or an interval), for `replicator doctor`: the server's own
+// setting where this process hosts it, else what its host recorded in the
+// data directory. ok is false for an external server (a server does not
+// report it to clients).
 func (b *Bus) SyncPolicy() (policy string, ok bool) {
 	b.embMu.Lock()
 	defer b.embMu.Unlock()
-	if b.emb == nil || b.emb.srv == nil {
+	if b.emb != nil && b.emb.srv != nil {
+		return serverSync(b.emb.srv)
+	}
+	if b.cfg.URL != "" {
 		return "", false
 	}
-	jc := b.emb.srv.JetStreamConfig()
+	raw, err := os.ReadFile(filepath.Join(b.cfg.DataDir, syncFile))
+	if err != nil || len(bytes.TrimSpace(raw)) == 0 {
+		return "", false
+	}
+	return string(bytes.TrimSpace(raw)), true
+}
+
+// serverSync is srv's fsync policy.
+func serverSync(srv *server.Server) (string, bool) {
+	jc := srv.JetStreamConfig()
 	switch {
 	case jc == nil:
 		return "", false
