@@ -270,6 +270,9 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 		err  error
 	}
 	var ahead chan fetched
+	// idleBefore: the last drain check found the consumer idle, and no
+	// fetch has returned an event since (drainDone).
+	var idleBefore bool
 	fetchAhead := func(size int) {
 		ch := make(chan fetched, 1)
 		go func() {
@@ -315,15 +318,19 @@ func (w *Worker) Run(ctx context.Context) (runErr error) {
 				}
 			}
 			if w.opts.UntilDrained && known {
-				done, err := w.drained(ctx, cons, target)
+				done, idle, err := w.drained(ctx, cons, target)
 				if err != nil {
 					return err
 				}
-				if done {
+				if drainDone(done, idle, idleBefore) {
 					return nil
 				}
+				idleBefore = idle
 			}
 			msgs, err = w.fetch(ctx, cons, size)
+		}
+		if len(msgs) > 0 {
+			idleBefore = false
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -649,22 +656,31 @@ func (w *Worker) upToStop(msgs []jetstream.Msg) []jetstream.Msg {
 }
 
 // drained reports whether the consumer has acknowledged everything up to
-// target: its ack floor has reached it, or (with a subject filter, whose
-// floor may stop below) nothing is pending or awaiting an ack. Events
+// target (its ack floor has reached it), and whether it is idle: nothing
+// pending or awaiting an ack (with a subject filter, whose floor may stop
+// below the target, the only sign of the end; see drainDone). Events
 // delivered to a process that died count as awaiting an ack until
 // JetStream redelivers them after AckWait.
-func (w *Worker) drained(ctx context.Context, cons jetstream.Consumer, target uint64) (bool, error) {
+func (w *Worker) drained(ctx context.Context, cons jetstream.Consumer, target uint64) (done, idle bool, err error) {
 	if target == 0 {
-		return true, nil
+		return true, true, nil
 	}
-
 	info, err := w.consumerInfo(ctx, cons)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	w.m.pending.WithLabelValues(w.opts.Name).Set(float64(info.NumPending))
-	return info.AckFloor.Stream >= target || (info.NumPending == 0 && info.NumAckPending == 0), nil
+	return info.AckFloor.Stream >= target, info.NumPending == 0 && info.NumAckPending == 0, nil
 }
+
+// drainDone decides the end of an UntilDrained run: the ack floor reached
+// the target (done), or the consumer was idle (nothing pending, nothing
+// awaiting ack: a filtered consumer whose last events are other models'
+// never reaches the target) at two checks with an empty fetch between
+// them. One idle reading is not trusted: the pending count a consumer
+// created while events arrive reports can lag the stream, and a mirror
+// ended once with nothing applied on such a reading.
+func drainDone(done, idle, idleBefore bool) bool { return done || idle && idleBefore }
 
 // streamInfo reads the event stream's state, riding through an
 // unavailable cluster.
