@@ -142,7 +142,7 @@ func (e *UnavailableError) Unwrap() error { return e.Err }
 // attemptTimeout (or with ctx), so an API request that hangs is one
 // attempt, not the whole wait.
 func (b *Bus) Retry(ctx context.Context, what string, op func(ctx context.Context) error) error {
-	return retryPolicy{limit: b.cfg.UnavailableTimeout, log: b.log, mark: b.availability}.run(ctx, what, op)
+	return retryPolicy{limit: b.cfg.UnavailableTimeout, log: b.log, mark: b.availability, denied: b.refused.since}.run(ctx, what, op)
 }
 
 // availability tracks whether the bus's last retried JetStream call
@@ -174,6 +174,10 @@ type retryPolicy struct {
 	attempt time.Duration // one attempt's bound (0: attemptTimeout)
 	log     *slog.Logger
 	mark    func(available bool)
+	// denied, if set, returns a permission violation the server reported
+	// at or after the given time: a timed-out attempt that it explains
+	// is a refusal (DeniedError), not an unavailable cluster.
+	denied func(since time.Time) error
 }
 
 func (p retryPolicy) run(ctx context.Context, what string, op func(ctx context.Context) error) error {
@@ -192,6 +196,7 @@ func (p retryPolicy) run(ctx context.Context, what string, op func(ctx context.C
 		backoff.WithMaxElapsedTime(0),
 	)
 	for attempt := 1; ; attempt++ {
+		began := time.Now()
 		actx, cancel := context.WithTimeout(ctx, per)
 		err := op(actx)
 		cancel()
@@ -204,6 +209,11 @@ func (p retryPolicy) run(ctx context.Context, what string, op func(ctx context.C
 		}
 		if !Transient(err) {
 			return err
+		}
+		if p.denied != nil {
+			if refusal := p.denied(began); refusal != nil {
+				return &DeniedError{What: what, Err: refusal}
+			}
 		}
 		p.mark(false)
 		waited := time.Since(start)

@@ -180,6 +180,8 @@ type Bus struct {
 	token string
 	// unavailable is set while retried JetStream calls wait (Available).
 	unavailable atomic.Bool
+	// refused is the connection's last permission violation (DeniedError).
+	refused refusals
 }
 
 // Open connects (starting the embedded server if cfg.URL is empty) and
@@ -211,6 +213,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Bus, error) {
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", RedactURL(b.URL())) }),
+		nats.ErrorHandler(b.refused.handler(log)),
 	}
 	var nc *nats.Conn
 	if url == "" {
