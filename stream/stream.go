@@ -669,12 +669,31 @@ func (b *Bus) ensureBlobMirror(ctx context.Context) error {
 		AllowDirect: true,
 		Mirror:      &jetstream.StreamSource{Name: name, External: b.cfg.external()},
 	}
+	// A copy that is already there as wanted is left alone: a replicator,
+	// whose NATS user may not change streams, opens the bus this way too.
+	if st, err := b.stream(ctx, name); err == nil && sameMirror(st.CachedInfo().Config.Mirror, ocfg.Mirror) {
+		return nil
+	} else if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("stream %s (mirror of blob bucket %s): %w", name, b.BlobBucket(), err)
+	}
 	if _, err := Call(ctx, b, "stream "+name+" create or update", func(ctx context.Context) (jetstream.Stream, error) {
 		return b.JS.CreateOrUpdateStream(ctx, ocfg)
 	}); err != nil {
 		return fmt.Errorf("stream %s (mirror of blob bucket %s): %w", name, b.BlobBucket(), err)
 	}
 	return nil
+}
+
+// sameMirror reports whether a stream's mirror source is want's: the same
+// stream through the same API prefix.
+func sameMirror(have, want *jetstream.StreamSource) bool {
+	if have == nil || want == nil {
+		return have == want
+	}
+	if have.Name != want.Name || (have.External == nil) != (want.External == nil) {
+		return false
+	}
+	return have.External == nil || have.External.APIPrefix == want.External.APIPrefix
 }
 
 // Blobs returns the blob object store, creating it if needed.
