@@ -12,6 +12,7 @@ import (
 
 	"github.com/specstar/replicator/internal/cli"
 	"github.com/specstar/replicator/replicate"
+	"github.com/specstar/replicator/stream"
 )
 
 var streamInfoCmd = &cli.Command{
@@ -77,6 +78,12 @@ func cmdStream(ctx context.Context, c *cli.Command, sub string, args []string, s
 		if _, err := bus.Apply(ctx, change); err != nil {
 			return c.Fail(stderr, exitError, "", err)
 		}
+		// The buckets beside the stream, so that the writer and the
+		// replicators, whose NATS users may not create streams (least
+		// privilege), find them.
+		if err := ensureBuckets(ctx, bus); err != nil {
+			return c.Fail(stderr, exitError, "", err)
+		}
 	}
 	info, err := bus.Stream.Info(ctx)
 	if err != nil {
@@ -116,4 +123,17 @@ func printStream(w io.Writer, info *jetstream.StreamInfo) {
 	fmt.Fprintf(w, "  replicas          %d\n", c.Replicas)
 	fmt.Fprintf(w, "  messages          %d (%d bytes), sequences %d..%d\n", info.State.Msgs, info.State.Bytes, info.State.FirstSeq, info.State.LastSeq)
 	fmt.Fprintf(w, "  restorable from   %s\n", replicate.RestorableOf(info).Summary())
+}
+
+// ensureBuckets creates the positions bucket and, on the origin, the blob
+// object store (a mirror's blob copy is made when its bus opens).
+func ensureBuckets(ctx context.Context, bus *stream.Bus) error {
+	if _, err := bus.Positions(ctx); err != nil {
+		return err
+	}
+	if bus.IsMirror() {
+		return nil
+	}
+	_, err := bus.Blobs(ctx)
+	return err
 }
