@@ -179,16 +179,8 @@ func checkNATS(t *testing.T, r rendered) {
 			t.Fatal(err)
 		}
 	}
-	user, err := nkeys.CreateUser()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, err := user.PublicKey()
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command(server, "-t", "-c", filepath.Join(dir, filepath.Base(n.main)))
-	cmd.Env = []string{"POD_NAME=" + want[0], "SPECSTAR_NKEY=" + pub}
+	cmd.Env = append([]string{"POD_NAME=" + want[0]}, roleEnv(t)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("nats-server -t rejects the configuration: %v\n%s", err, out)
 	}
@@ -230,6 +222,33 @@ func checkNATS(t *testing.T, r rendered) {
 	if jobs != 1 {
 		t.Errorf("%d workloads run replicator stream apply, want one Job that creates the stream", jobs)
 	}
+}
+
+// roleEnv is the environment the NATS pods get from the Secrets
+// specstar-nats-users (every role's public key) and, in region B,
+// specstar-nats-leaf (the leaf link's seed): keys made here.
+func roleEnv(t *testing.T) []string {
+	t.Helper()
+	var env []string
+	for _, role := range natsRoles {
+		user, err := nkeys.CreateUser()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, err := user.PublicKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		env = append(env, "SPECSTAR_"+strings.ToUpper(role)+"_NKEY="+pub)
+		if role == "leaf" {
+			seed, err := user.Seed()
+			if err != nil {
+				t.Fatal(err)
+			}
+			env = append(env, "SPECSTAR_LEAF_SEED="+string(seed))
+		}
+	}
+	return env
 }
 
 func metav1Selector(m map[string]string) *metav1.LabelSelector {

@@ -33,7 +33,7 @@ var tlsBlock = regexp.MustCompile(`(?s)tls\s*\{([^{}]*)\}`)
 // checkSecured: the bus requires credentials and TLS everywhere. Clients
 // connect over TLS as an nkey user; routes and leaf-node links are mutual
 // TLS with the nats-tls certificate; every writer and replicator container
-// is given the nkey seed and the CA by flag, from a mounted Secret; the
+// is given its role's nkey seed and the CA by flag, from a mounted Secret; the
 // NATS servers are ready by /healthz?js-server-only=true, spread across
 // zones, and every Go container sets GOMEMLIMIT from its memory limit.
 func checkSecured(t *testing.T, r rendered) {
@@ -53,8 +53,18 @@ func checkSecured(t *testing.T, r rendered) {
 	if cluster := regexp.MustCompile(`(?s)cluster\s*\{.*?tls\s*\{([^{}]*)\}`).FindStringSubmatch(main); cluster == nil || !strings.Contains(cluster[1], "verify: true") {
 		t.Errorf("%s: routes are not mutual TLS (cluster tls with verify: true)", n.main)
 	}
-	if !regexp.MustCompile(`(?s)authorization\s*\{\s*users:\s*\[\s*\{\s*nkey:\s*\$SPECSTAR_NKEY`).MatchString(main) {
-		t.Errorf("%s: clients are not required to authenticate with the nkey $SPECSTAR_NKEY", n.main)
+	// One nkey user per role, each with its permissions.
+	auth := regexp.MustCompile(`(?s)authorization\s*\{\s*users:\s*\[(.*?)\]\s*\}`).FindStringSubmatch(main)
+	if auth == nil {
+		t.Fatalf("%s: no authorization block with users", n.main)
+	}
+	for _, role := range natsRoles {
+		if !regexp.MustCompile(`\{\s*nkey:\s*\$SPECSTAR_` + strings.ToUpper(role) + `_NKEY,\s*permissions:\s*\$[A-Z_]+\s*\}`).MatchString(auth[1]) {
+			t.Errorf("%s: no user for the role %s ({ nkey: $SPECSTAR_%s_NKEY, permissions: $... })", n.main, role, strings.ToUpper(role))
+		}
+	}
+	if users := strings.Count(auth[1], "nkey:"); users != len(natsRoles) {
+		t.Errorf("%s: %d users, want one per role %q", n.main, users, natsRoles)
 	}
 	leaf := n.conf["leafnodes.conf"]
 	if !tlsBlock.MatchString(leaf) {
@@ -68,10 +78,14 @@ func checkSecured(t *testing.T, r rendered) {
 	if !mountsSecret(n.w.template.Spec, c, natsTLSDir, "nats-tls") {
 		t.Errorf("%s: %s is not the Secret nats-tls", n.w, natsTLSDir)
 	}
-	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
-		return e.Name == "SPECSTAR_NKEY" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil
-	}) {
-		t.Errorf("%s: SPECSTAR_NKEY does not come from a Secret", n.w)
+	for _, role := range natsRoles {
+		name := "SPECSTAR_" + strings.ToUpper(role) + "_NKEY"
+		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+			return e.Name == name && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil &&
+				e.ValueFrom.SecretKeyRef.Name == "specstar-nats-users" && e.ValueFrom.SecretKeyRef.Key == role+".pub"
+		}) {
+			t.Errorf("%s: %s does not come from the Secret specstar-nats-users, key %s.pub", n.w, name, role)
+		}
 	}
 	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz?js-server-only=true" {
 		t.Errorf("%s: readiness probe %+v, want GET /healthz?js-server-only=true", n.w, p)
@@ -107,12 +121,28 @@ func checkSecured(t *testing.T, r rendered) {
 					t.Errorf("%s container %s: no --%s", w, c.Name, f)
 					continue
 				}
-				if !mountsSecret(w.template.Spec, c, filepath.Dir(v), "specstar-nats-client") {
-					t.Errorf("%s container %s: --%s %s is not in the mounted Secret specstar-nats-client", w, c.Name, f, v)
+				if secret := "specstar-nats-" + clientRole(c); !mountsSecret(w.template.Spec, c, filepath.Dir(v), secret) {
+					t.Errorf("%s container %s: --%s %s is not in the mounted Secret %s (its role's)", w, c.Name, f, v, secret)
 				}
 			}
 		}
 	}
+}
+
+// natsRoles are the NATS users of a region, one per role (nkeygen makes
+// their keys).
+var natsRoles = []string{"writer", "replicator", "stream", "leaf"}
+
+// clientRole is the NATS role a writer or replicator container logs in
+// as: the stream job alone may create or change streams.
+func clientRole(c corev1.Container) string {
+	switch {
+	case c.Command[0] == "writer":
+		return "writer"
+	case len(c.Args) > 1 && c.Args[0] == "stream" && c.Args[1] == "apply":
+		return "stream"
+	}
+	return "replicator"
 }
 
 // mountsSecret reports whether c mounts the Secret name, not optional, at
