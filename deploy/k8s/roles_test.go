@@ -245,7 +245,9 @@ func TestRolesOnTheBus(t *testing.T) {
 	var wg sync.WaitGroup
 	parallel := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
 	parallel(func() { refused(a, "writer", "replicator", "stream", "apply", "--max-age", "24h") })
-	parallel(func() { refused(a, "writer", "replicator", "run", "--to", filepath.Join(t.TempDir(), "w"), "--until-drained") })
+	parallel(func() {
+		refused(a, "writer", "replicator", "run", "--to", filepath.Join(t.TempDir(), "w"), "--until-drained")
+	})
 	parallel(func() { refused(a, "replicator", "replicator", "stream", "apply", "--max-age", "24h") })
 	parallel(func() { refused(a, "replicator", "writer", "replay", "--from", testfixtures.Path(t, "small.acbak")) })
 	for _, c := range []struct {
