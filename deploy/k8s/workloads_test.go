@@ -132,6 +132,7 @@ func TestOverlays(t *testing.T) {
 			t.Run("secrets", func(t *testing.T) { checkSecrets(t, r) })
 			t.Run("disruption budgets", func(t *testing.T) { checkPDBs(t, r) })
 			t.Run("network policies", func(t *testing.T) { checkNetworkPolicies(t, r) })
+			t.Run("egress", func(t *testing.T) { checkEgress(t, r) })
 			t.Run("nats", func(t *testing.T) { checkNATS(t, r) })
 			t.Run("secured", func(t *testing.T) { checkSecured(t, r) })
 		})
