@@ -55,6 +55,7 @@ func catchUpArchive(t testing.TB, resources int) string {
 // published meanwhile; started again, it resumes from its durable
 // consumer, drains to zero pending and verifies equal.
 func TestCatchUpAfterOutage(t *testing.T) {
+	t.Parallel() // seconds of waiting on processes: overlaps the package's other slow tests
 	if testing.Short() {
 		t.Skip("drains a backlog")
 	}

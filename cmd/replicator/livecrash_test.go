@@ -29,16 +29,14 @@ import (
 // that no temporary file is left. By default 400 writes/s for 8 s with
 // two kills; SPECSTAR_LONG=1: 1,000 writes/s for a minute, six kills.
 func TestLiveTailCrash(t *testing.T) {
+	t.Parallel() // seconds of waiting on processes: overlaps the package's other slow tests
 	if testing.Short() {
 		t.Skip("runs a throwaway cluster and two binaries")
 	}
 	rate, loadFor, wantKills := testsize.Of(400, 1000), testsize.Of(8*time.Second, time.Minute), testsize.Of(2, 6)
 	const conns, resources = 10, 20
 	replBin := buildReplicator(t)
-	writerBin := filepath.Join(t.TempDir(), "writer")
-	if out, err := exec.Command("go", "build", "-o", writerBin, "../writer").CombinedOutput(); err != nil {
-		t.Fatalf("build writer: %v\n%s", err, out)
-	}
+	writerBin := buildWriter(t)
 	ctx := t.Context()
 	cluster := pgtest.StartLogical(t)
 	prefix := "crash_"

@@ -58,12 +58,10 @@ func hostBus(dir string) {
 // missing. With --sync-interval 2m (nats-server's own default) the same
 // cut must lose events, or the cut is not a cut.
 func TestPowerCutEmbedded(t *testing.T) {
+	t.Parallel() // seconds of waiting on processes: overlaps the package's other slow tests
 	archive := testfixtures.Path(t, "medium.acbak")
 	replBin := buildReplicator(t)
-	writerBin := filepath.Join(t.TempDir(), "writer")
-	if out, err := exec.Command("go", "build", "-o", writerBin, "../writer").CombinedOutput(); err != nil {
-		t.Fatalf("build writer: %v\n%s", err, out)
-	}
+	writerBin := buildWriter(t)
 	for _, tc := range []struct {
 		name     string
 		interval time.Duration

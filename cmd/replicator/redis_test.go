@@ -27,6 +27,7 @@ func redisMeta(t *testing.T) string {
 // random points of the drain), restarts it each time, and checks that
 // the deployment then verifies equal to the archive, as a clean run's.
 func TestRedisCrashAndResume(t *testing.T) {
+	t.Parallel() // seconds of waiting on processes: overlaps the package's other slow tests
 	bin := buildReplicator(t)
 	archive := filepath.Join(t.TempDir(), "crash.acbak")
 	if err := writeArchive(archive, testsize.Of(120, 1500)); err != nil {

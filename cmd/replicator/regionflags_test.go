@@ -51,10 +51,7 @@ func TestEveryCommandTakesTheMirrorFlags(t *testing.T) {
 	if code, out, errs := runCmd(t, "verify", "--from", archive, "--to", sink); code != exitOK {
 		t.Errorf("the mirror region's sink differs from what region a published: exit %d\n%s%s", code, out, errs)
 	}
-	writer := filepath.Join(t.TempDir(), "writer")
-	if out, err := exec.Command("go", "build", "-o", writer, "../writer").CombinedOutput(); err != nil {
-		t.Fatalf("build writer: %v\n%s", err, out)
-	}
+	writer := buildWriter(t)
 	exp := filepath.Join(t.TempDir(), "b.acbak")
 	if out, err := exec.Command(writer, append([]string{"export", "--at-seq", strconv.FormatUint(last, 10), "--to", exp}, mirror...)...).CombinedOutput(); err != nil {
 		t.Errorf("writer export --at-seq with a mirror region's flags: %v\n%s", err, out)

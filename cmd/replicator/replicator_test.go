@@ -493,6 +493,7 @@ func killPartway(t *testing.T, bus *stream.Bus, cmd *exec.Cmd, rng *rand.Rand) b
 // 3,000 and two by default), restarts it each time, and checks that the
 // final tree equals a clean run's, file for file.
 func TestCrashAndResume(t *testing.T) {
+	t.Parallel() // seconds of waiting on processes: overlaps the package's other slow tests
 	if testing.Short() {
 		t.Skip("builds the binary and drains an archive several times")
 	}

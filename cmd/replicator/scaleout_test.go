@@ -20,14 +20,6 @@ import (
 // buildReplicator builds the command into the test's temporary directory
 // (benchmarks too: they time `mirror` as a user runs it, in a process of
 // its own whose heap and soft memory limit hold nothing of theirs).
-func buildReplicator(t testing.TB) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "replicator")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // TestScaleOutPostgres: three `replicator run` processes on one Postgres
 // sink share its durable consumer; one is killed (SIGKILL) while batches
@@ -36,6 +28,7 @@ func buildReplicator(t testing.TB) string {
 // exactly what one process's run writes, row for row, and verify equal to
 // the archive.
 func TestScaleOutPostgres(t *testing.T) {
+	t.Parallel() // seconds of waiting on processes: overlaps the package's other slow tests
 	ctx := context.Background()
 	bin := buildReplicator(t)
 	archive := testfixtures.Path(t, "medium.acbak")

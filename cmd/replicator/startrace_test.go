@@ -20,6 +20,7 @@ import (
 // same one (once; 20 times under SPECSTAR_LONG); every one must end in
 // one host and the rest joined, exit 0.
 func TestProcessesStartedTogetherShareOneServer(t *testing.T) {
+	t.Parallel() // seconds of waiting on processes: overlaps the package's other slow tests
 	rounds := 1
 	if testsize.Long() {
 		rounds = 20
