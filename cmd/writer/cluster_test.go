@@ -243,6 +243,7 @@ func TestClusterLeaderKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a three-node cluster and the commands as processes")
 	}
+	t.Parallel()
 	// One deadline for every subtest: scaled by the load, as a loaded
 	// machine once used it up before the last subtest began.
 	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Scaled(testsize.Of(3*time.Minute, 15*time.Minute)))
@@ -380,6 +381,7 @@ func TestClusterQuorumLost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a three-node cluster and the commands as processes")
 	}
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	replBin := buildBinary(t, "../replicator")
