@@ -34,9 +34,16 @@ func makeCacheDir(parent string) (dir string, lock *os.File, err error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("cache directory in %s: %w", parent, err)
 	}
-	lock, err = os.OpenFile(filepath.Join(dir, cacheLockName), os.O_CREATE|os.O_RDWR, 0o600)
+	// The lock file gets its name only once it is locked: a factory
+	// sweeping at the same moment must never find it unlocked and take
+	// this live directory for a killed one's.
+	unnamed := filepath.Join(dir, cacheLockName+".new")
+	lock, err = os.OpenFile(unnamed, os.O_CREATE|os.O_RDWR, 0o600)
 	if err == nil {
 		err = unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			err = os.Rename(unnamed, filepath.Join(dir, cacheLockName))
+		}
 		if err != nil {
 			lock.Close()
 		}

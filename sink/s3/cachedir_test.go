@@ -1,6 +1,7 @@
 package s3
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -73,5 +74,42 @@ func TestCacheDirsOfKilledFactoriesAreSwept(t *testing.T) {
 	sweepCacheDirs(parent)
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("a sweep removed a live factory's cache directory: %v", err)
+	}
+}
+
+// TestFactoriesOpenedTogetherKeepTheirCacheDirs: two processes opening an
+// all-S3 factory at once (a restore racing a run, in CI) could each sweep
+// the other's new directory: its lock file existed but was not locked
+// yet, so it looked like a killed factory's, and the next write to its
+// meta database failed with "unable to open database file" for five
+// minutes of retries. Factories opened together each keep theirs.
+func TestFactoriesOpenedTogetherKeepTheirCacheDirs(t *testing.T) {
+	parent := t.TempDir()
+	const workers, rounds = 6, 60
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		go func() {
+			for r := 0; r < rounds; r++ {
+				dir, lock, err := makeCacheDir(parent)
+				if err != nil {
+					errs <- err
+					return
+				}
+				// Work in the directory while the others open and sweep.
+				if err := os.WriteFile(filepath.Join(dir, "meta.db"), []byte("x"), 0o600); err != nil {
+					lock.Close()
+					errs <- fmt.Errorf("round %d: the factory's own cache directory: %w", r, err)
+					return
+				}
+				os.RemoveAll(dir)
+				lock.Close()
+			}
+			errs <- nil
+		}()
+	}
+	for w := 0; w < workers; w++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
