@@ -21,6 +21,7 @@ import (
 	"github.com/specstar/replicator/acbak"
 	"github.com/specstar/replicator/dedup"
 	"github.com/specstar/replicator/events"
+	"github.com/specstar/replicator/internal/testsupport/gobuild"
 	"github.com/specstar/replicator/internal/testsupport/pgtest"
 	"github.com/specstar/replicator/internal/testsupport/specstarpg"
 	"github.com/specstar/replicator/internal/testsupport/testfixtures"
@@ -535,36 +536,19 @@ func recordSet(t *testing.T, path string) map[string]bool {
 	return set
 }
 
-// buildBinary builds the command in pkg (relative to this package) into a
-// temporary directory, so tests can run it as a real process.
+// buildBinary builds the command in pkg (relative to this package) once
+// per test run, so tests can run it as a real process.
 func buildBinary(tb testing.TB, pkg string) string {
 	tb.Helper()
-	build, _ := builtBinaries.LoadOrStore(pkg, sync.OnceValues(func() (string, error) {
-		name := filepath.Base(pkg)
-		if pkg == "." {
-			name = "writer" // this package
-		}
-		// The run's temporary directory (testtmp), removed when it ends.
-		dir, err := os.MkdirTemp("", "bin-")
-		if err != nil {
-			return "", err
-		}
-		bin := filepath.Join(dir, name)
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-			return "", fmt.Errorf("build %s: %v\n%s", pkg, err, out)
-		}
-		return bin, nil
-	}))
-	bin, err := build.(func() (string, error))()
-	if err != nil {
-		tb.Fatal(err)
+	name := filepath.Base(pkg)
+	if pkg == "." {
+		name = "writer" // this package
 	}
-	return bin
+	return binaries.Binary(tb, pkg, name)
 }
 
-// builtBinaries holds one build of each command per test run (linking
-// one takes seconds, and a dozen tests run them).
-var builtBinaries sync.Map // package path -> func() (string, error)
+// binaries holds one build of each command per test run.
+var binaries gobuild.Cache
 
 // replayWithTables prepares a round trip through Postgres tables: a fresh
 // table prefix (its tables dropped at cleanup) and archive replayed onto a
