@@ -34,7 +34,7 @@ func helpOf(t *testing.T, run func(context.Context, []string, *bytes.Buffer, *by
 // its deprecated spellings, are those of the README's table; every
 // command's --help exits 0 with examples.
 func TestVocabularyMatchesREADME(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/reference/command-line.md")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 // sink flags are those of the README's table, and its --help exits 0
 // with examples.
 func TestWriterVocabularyMatchesREADME(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/reference/command-line.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,16 +184,27 @@ func TestTailIntervalSaysBothDefaults(t *testing.T) {
 // the README uses a spelling its vocabulary table marks deprecated (they
 // printed warnings when copied).
 func TestREADMEShowsCurrentSpellings(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	table, err := os.ReadFile("../../docs/reference/command-line.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := cli.ParseVocabulary(string(readme))
+	rows, err := cli.ParseVocabulary(string(table))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range cli.DeprecatedUses(string(readme), rows) {
-		t.Error(bad)
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, _ := filepath.Glob("../../docs/reference/*.md")
+	for _, f := range append(append(docs, more...), "../../README.md") {
+		text, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, bad := range cli.DeprecatedUses(string(text), rows) {
+			t.Errorf("%s: %s", f, bad)
+		}
 	}
 }
 

@@ -219,9 +219,9 @@ func TestDockerfile(t *testing.T) {
 // docker build -f deploy/k8s/Dockerfile -t IMAGE .
 func readmeImage(t *testing.T) string {
 	t.Helper()
-	m := regexp.MustCompile(`docker build -f deploy/k8s/Dockerfile -t (\S+) \.`).FindStringSubmatch(mustRead(t, filepath.Join(repoRoot, "README.md")))
+	m := regexp.MustCompile(`docker build -f deploy/k8s/Dockerfile -t (\S+) \.`).FindStringSubmatch(mustRead(t, filepath.Join(repoRoot, "docs", "kubernetes.md")))
 	if m == nil {
-		t.Fatal("README.md: no `docker build -f deploy/k8s/Dockerfile -t IMAGE .` command")
+		t.Fatal("docs/kubernetes.md: no `docker build -f deploy/k8s/Dockerfile -t IMAGE .` command")
 	}
 	return m[1]
 }

@@ -395,7 +395,7 @@ func checkSecrets(t *testing.T, r rendered) {
 	created := map[string]bool{}
 	// Every key a `kubectl create secret generic NAME --from-literal=KEY=...
 	// --from-file=KEY=...` line of the README creates.
-	for _, m := range regexp.MustCompile(`create secret generic (\S+)((?: --from-(?:literal|file)=[^=\s]+=\S+)+)`).FindAllStringSubmatch(mustRead(t, filepath.Join(repoRoot, "README.md")), -1) {
+	for _, m := range regexp.MustCompile(`create secret generic (\S+)((?: --from-(?:literal|file)=[^=\s]+=\S+)+)`).FindAllStringSubmatch(mustRead(t, filepath.Join(repoRoot, "docs", "kubernetes.md")), -1) {
 		created[m[1]] = true
 		for _, k := range regexp.MustCompile(`--from-(?:literal|file)=([^=\s]+)=`).FindAllStringSubmatch(m[2], -1) {
 			created[m[1]+"/"+k[1]] = true

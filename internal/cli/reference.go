@@ -35,7 +35,7 @@ func ReferencePage(command, help string) []byte {
 		"| 0 | done; equal; valid |\n" +
 		"| 1 | differences, a failed check, or input that is missing or not valid (no retry changes it) |\n" +
 		"| 2 | usage error, or an operational error (a store or the stream unreachable) |\n\n" +
-		"The README's [exit status](../../README.md#command-line-vocabulary) table says which case each command meets.\n")
+		"The [exit status](../operating.md#exit-codes) table says which case each command meets.\n")
 	return []byte(b.String())
 }
 
