@@ -108,6 +108,17 @@ func TestReplayGuide(t *testing.T) {
 	runGuide(t, string(md), "GUIDE_PG="+pg)
 }
 
+// TestCatchUpGuide runs docs/catch-up-and-reconcile.md's walkthrough: a
+// sink down while 2,240 events arrive catches up, and one that lost a
+// model's directory is found by verify and repaired by reconcile.
+func TestCatchUpGuide(t *testing.T) {
+	md, err := os.ReadFile("catch-up-and-reconcile.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runGuide(t, string(md))
+}
+
 // runGuide joins the guide's sh blocks into one script, runs it in a
 // scratch directory, and checks each text block against the output.
 func runGuide(t *testing.T, md string, extra ...string) {
